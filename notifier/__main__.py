@@ -1,0 +1,5 @@
+"""`python -m notifier` runs the CLI."""
+
+from notifier.cli import main
+
+main()

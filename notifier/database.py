@@ -1,0 +1,43 @@
+"""Database access: which server to use, and connections configured the way notifier needs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import orjson
+
+from notifier.config import DatabaseSettings
+from notifier.embedded import EmbeddedPostgres
+
+# Seconds to wait for a connection before reporting the database unreachable.
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+@contextlib.contextmanager
+def database_url(settings: DatabaseSettings) -> Iterator[str]:
+    """The configured server's URL, or an embedded server's for as long as the block runs."""
+    if settings.url is not None:
+        yield settings.url
+        return
+    with EmbeddedPostgres(settings.data_dir) as url:
+        yield url
+
+
+async def init_connection(conn: Any) -> None:
+    """Per-connection setup: jsonb through orjson."""
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=lambda value: orjson.dumps(value).decode(),
+        decoder=orjson.loads,
+        schema="pg_catalog",
+    )
+
+
+async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
+    """A single connection outside any pool (migrations, the LISTEN connection)."""
+    conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
+    await init_connection(conn)
+    return conn

@@ -1,0 +1,84 @@
+"""Fixtures for every tier: a real PostgreSQL server and a database per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import asyncpg
+import pytest
+
+from notifier.database import connect
+from notifier.embedded import EmbeddedPostgres
+from tests.support.databases import (
+    create_database,
+    create_template,
+    drop_database,
+    with_database,
+)
+
+# Durability buys nothing in a throwaway test cluster and costs seconds per run.
+TEST_SERVER_SETTINGS = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test carries the marker of its tier, from the directory it lives in."""
+    for item in items:
+        tier = Path(str(item.fspath)).parent.name
+        if tier in ("unit", "integration", "acceptance"):
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    # asyncpg and aiosmtplib are asyncio-only.
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """NOTIFIER_TEST_DATABASE_URL's server, or an embedded one for this run."""
+    url = os.environ.get("NOTIFIER_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    with EmbeddedPostgres(tmp_path_factory.mktemp("pg"), TEST_SERVER_SETTINGS) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
+def template_name(server_url: str) -> Iterator[str]:
+    name = anyio.run(create_template, server_url, backend="asyncio")
+    yield name
+    anyio.run(drop_database, server_url, name, backend="asyncio")
+
+
+@pytest.fixture
+async def database_url(server_url: str, template_name: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of this test's own, dropped after it."""
+    name = await create_database(server_url, template_name)
+    try:
+        yield with_database(server_url, name)
+    finally:
+        await drop_database(server_url, name)
+
+
+@pytest.fixture
+async def empty_database_url(server_url: str) -> AsyncIterator[str]:
+    """A fresh database with no notifier schema at all."""
+    name = await create_database(server_url)
+    try:
+        yield with_database(server_url, name)
+    finally:
+        await drop_database(server_url, name)
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await connect(database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()

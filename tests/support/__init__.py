@@ -1,0 +1,1 @@
+"""Helpers shared by the test tiers: real databases and a real SMTP server."""
