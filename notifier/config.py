@@ -1,4 +1,8 @@
-"""Settings: every NOTIFIER_* environment variable, parsed and validated once at start."""
+"""Settings: every NOTIFIER_* environment variable, parsed and validated once at start.
+
+Each field documents its variable, default and unit where it is defined. An invalid value
+raises ConfigError naming the variable, so the process stops at start with a clear message.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +10,95 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
+from urllib.parse import urlsplit
 
 from notifier.errors import ConfigError
 
 T = TypeVar("T")
+Env = Mapping[str, str]
 
 DEFAULT_DATA_DIR = Path(".notifier")
 
 
-def _read(env: Mapping[str, str], name: str, parse: Callable[[str], T], default: T) -> T:
+def _read(env: Env, name: str, parse: Callable[[str], T], default: T, *, secret: bool = False) -> T:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
         return parse(raw.strip())
     except ValueError as exc:
-        raise ConfigError(name, f"{exc} (got {raw!r})") from exc
+        shown = "" if secret else f" (got {raw!r})"
+        raise ConfigError(name, f"{exc}{shown}") from exc
 
 
-def _optional_str(raw: str) -> str | None:
-    return raw
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g} seconds")
+        return value
+
+    return parse
+
+
+def _integer(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be an integer between {low} and {high}")
+        return value
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw.lower() not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return raw.lower()
+
+    return parse
+
+
+def _boolean(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
 
 
 def _database_url(raw: str) -> str | None:
     if not raw.startswith(("postgres://", "postgresql://")):
         raise ValueError("must be a postgresql:// URL")
+    return raw
+
+
+def _http_url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    return raw.rstrip("/")
+
+
+def _address(raw: str) -> str:
+    # The sender address is operator configuration, checked for shape only; recipient
+    # addresses are validated properly where requests come in.
+    local, _, domain = raw.rpartition("@")
+    if (
+        not local
+        or ("." not in domain and domain != "localhost")
+        or any(c in raw for c in "\r\n <>")
+    ):
+        raise ValueError("must be an address like noreply@example.com")
+    return raw
+
+
+def _text(raw: str) -> str:
+    if any(c in raw for c in "\r\n"):
+        raise ValueError("must be a single line")
     return raw
 
 
@@ -46,9 +113,226 @@ class DatabaseSettings:
     data_dir: Path = DEFAULT_DATA_DIR
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> DatabaseSettings:
+    def from_env(cls, env: Env | None = None) -> DatabaseSettings:
         env = os.environ if env is None else env
         return cls(
             url=_read(env, "NOTIFIER_DATABASE_URL", _database_url, None),
             data_dir=_read(env, "NOTIFIER_DATA_DIR", Path, DEFAULT_DATA_DIR),
         )
+
+
+TlsMode = Literal["none", "starttls", "tls"]
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSettings:
+    """How to reach the mail server, and who the mail is from."""
+
+    # NOTIFIER_SMTP_HOST: the mail server's host name or address.
+    host: str = "localhost"
+    # NOTIFIER_SMTP_PORT: its port.
+    port: int = 25
+    # NOTIFIER_SMTP_USERNAME / NOTIFIER_SMTP_PASSWORD: AUTH credentials; unset means no AUTH.
+    username: str | None = None
+    password: str | None = None
+    # NOTIFIER_SMTP_TLS: none (plain), starttls (upgrade, required) or tls (implicit, port 465).
+    tls: TlsMode = "none"
+    # NOTIFIER_SMTP_VALIDATE_CERTS: verify the server's certificate (turn off only for tests).
+    validate_certs: bool = True
+    # NOTIFIER_SMTP_CONNECT_TIMEOUT: seconds to connect and greet.
+    connect_timeout: float = 10.0
+    # NOTIFIER_SMTP_COMMAND_TIMEOUT: seconds to wait for each reply before DATA.
+    command_timeout: float = 30.0
+    # NOTIFIER_SMTP_DATA_TIMEOUT: seconds to wait for the reply after the message body; a
+    # timeout there is an unknown outcome (the server may have kept the message).
+    data_timeout: float = 120.0
+    # NOTIFIER_SMTP_POOL_SIZE: connections kept open to the server (at most this many sends
+    # run at once per worker process).
+    pool_size: int = 8
+    # NOTIFIER_MAIL_FROM: the From address of every message.
+    mail_from: str = "notifier@localhost"
+    # NOTIFIER_MESSAGE_ID_DOMAIN: the right-hand side of Message-IDs; default: mail_from's domain.
+    message_id_domain: str | None = None
+
+    @property
+    def id_domain(self) -> str:
+        return self.message_id_domain or self.mail_from.rpartition("@")[2]
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> SmtpSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            host=_read(env, "NOTIFIER_SMTP_HOST", _text, d.host),
+            port=_read(env, "NOTIFIER_SMTP_PORT", _integer(1, 65535), d.port),
+            username=_read(env, "NOTIFIER_SMTP_USERNAME", _text, d.username),
+            password=_read(env, "NOTIFIER_SMTP_PASSWORD", str, d.password, secret=True),
+            tls=_read(env, "NOTIFIER_SMTP_TLS", _choice("none", "starttls", "tls"), d.tls),  # type: ignore[arg-type]
+            validate_certs=_read(env, "NOTIFIER_SMTP_VALIDATE_CERTS", _boolean, d.validate_certs),
+            connect_timeout=_read(
+                env, "NOTIFIER_SMTP_CONNECT_TIMEOUT", _seconds(0.1, 600), d.connect_timeout
+            ),
+            command_timeout=_read(
+                env, "NOTIFIER_SMTP_COMMAND_TIMEOUT", _seconds(0.1, 600), d.command_timeout
+            ),
+            data_timeout=_read(
+                env, "NOTIFIER_SMTP_DATA_TIMEOUT", _seconds(0.1, 1200), d.data_timeout
+            ),
+            pool_size=_read(env, "NOTIFIER_SMTP_POOL_SIZE", _integer(1, 256), d.pool_size),
+            mail_from=_read(env, "NOTIFIER_MAIL_FROM", _address, d.mail_from),
+            message_id_domain=_read(env, "NOTIFIER_MESSAGE_ID_DOMAIN", _text, d.message_id_domain),
+        )
+
+
+Mode = Literal["notify", "poll"]
+TransportKind = Literal["smtp", "null"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker finds, claims, retries and lets go of deliveries."""
+
+    # NOTIFIER_MODE: notify (LISTEN, plus a slow sweep) or poll (no LISTEN: the baseline).
+    mode: Mode = "notify"
+    # NOTIFIER_POLL_INTERVAL: seconds between polls in poll mode.
+    poll_interval: float = 1.0
+    # NOTIFIER_SWEEP_INTERVAL: seconds between fallback sweeps in notify mode.
+    sweep_interval: float = 10.0
+    # NOTIFIER_LEASE_SECONDS: how long a claim owns a row without renewal; renewed every third
+    # of it while a send is in flight. A crashed worker's rows return after this long.
+    lease_seconds: float = 60.0
+    # NOTIFIER_CONCURRENCY: sends in flight per worker process.
+    concurrency: int = 8
+    # NOTIFIER_BATCH_SIZE: the most rows one claim takes (only when work has piled up).
+    batch_size: int = 100
+    # NOTIFIER_MAX_ATTEMPTS: attempts per delivery before it fails (stored on each new row).
+    max_attempts: int = 5
+    # NOTIFIER_RETRY_BASE / _FACTOR / _CEILING: the n-th retry waits base * factor**(n-1)
+    # seconds, jittered, at most the ceiling (defaults: 1 min, 5 min, 15 min, 15 min, ...).
+    retry_base: float = 60.0
+    retry_factor: float = 5.0
+    retry_ceiling: float = 900.0
+    # NOTIFIER_RETRY_JITTER: the fraction by which a retry delay is randomly shortened or
+    # lengthened, so retries of one outage spread out.
+    retry_jitter: float = 0.2
+    # NOTIFIER_UNKNOWN_OUTCOME_LIMIT: deliveries whose outcome was unknown this many times are
+    # failed and flagged rather than sent again (each retry may be a duplicate).
+    unknown_outcome_limit: int = 3
+    # NOTIFIER_SHUTDOWN_GRACE: seconds in-flight sends get to finish after SIGTERM.
+    shutdown_grace: float = 30.0
+    # NOTIFIER_LISTENER_CHECK_INTERVAL: seconds between the listener's self-notification
+    # round trips; NOTIFIER_LISTENER_CHECK_TIMEOUT: how long one may take before the
+    # listener is declared dead and reconnected.
+    listener_check_interval: float = 15.0
+    listener_check_timeout: float = 5.0
+    # NOTIFIER_TRANSPORT: smtp, or null (accepts everything at once; for benchmarks).
+    transport: TransportKind = "smtp"
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> WorkerSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        settings = cls(
+            mode=_read(env, "NOTIFIER_MODE", _choice("notify", "poll"), d.mode),  # type: ignore[arg-type]
+            poll_interval=_read(
+                env, "NOTIFIER_POLL_INTERVAL", _seconds(0.001, 3600), d.poll_interval
+            ),
+            sweep_interval=_read(
+                env, "NOTIFIER_SWEEP_INTERVAL", _seconds(0.01, 3600), d.sweep_interval
+            ),
+            lease_seconds=_read(env, "NOTIFIER_LEASE_SECONDS", _seconds(1, 3600), d.lease_seconds),
+            concurrency=_read(env, "NOTIFIER_CONCURRENCY", _integer(1, 1024), d.concurrency),
+            batch_size=_read(env, "NOTIFIER_BATCH_SIZE", _integer(1, 1000), d.batch_size),
+            max_attempts=_read(env, "NOTIFIER_MAX_ATTEMPTS", _integer(1, 100), d.max_attempts),
+            retry_base=_read(env, "NOTIFIER_RETRY_BASE", _seconds(0.001, 86400), d.retry_base),
+            retry_factor=_read(env, "NOTIFIER_RETRY_FACTOR", _float_at_least(1.0), d.retry_factor),
+            retry_ceiling=_read(
+                env, "NOTIFIER_RETRY_CEILING", _seconds(0.001, 7 * 86400), d.retry_ceiling
+            ),
+            retry_jitter=_read(env, "NOTIFIER_RETRY_JITTER", _fraction, d.retry_jitter),
+            unknown_outcome_limit=_read(
+                env, "NOTIFIER_UNKNOWN_OUTCOME_LIMIT", _integer(1, 100), d.unknown_outcome_limit
+            ),
+            shutdown_grace=_read(
+                env, "NOTIFIER_SHUTDOWN_GRACE", _seconds(0, 3600), d.shutdown_grace
+            ),
+            listener_check_interval=_read(
+                env,
+                "NOTIFIER_LISTENER_CHECK_INTERVAL",
+                _seconds(0.05, 3600),
+                d.listener_check_interval,
+            ),
+            listener_check_timeout=_read(
+                env,
+                "NOTIFIER_LISTENER_CHECK_TIMEOUT",
+                _seconds(0.05, 600),
+                d.listener_check_timeout,
+            ),
+            transport=_read(env, "NOTIFIER_TRANSPORT", _choice("smtp", "null"), d.transport),  # type: ignore[arg-type]
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Cross-field rules that single values cannot express."""
+        if self.retry_ceiling < self.retry_base:
+            raise ConfigError("NOTIFIER_RETRY_CEILING", "must not be below NOTIFIER_RETRY_BASE")
+
+
+def _float_at_least(low: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if value < low:
+            raise ValueError(f"must be at least {low:g}")
+        return value
+
+    return parse
+
+
+def _fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value < 1:
+        raise ValueError("must be a fraction from 0 up to (not including) 1")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSettings:
+    """The secret that verification tokens are derived from, and how long they live."""
+
+    # NOTIFIER_TOKEN_SECRET: one or more secrets, comma-separated, newest first; each at least
+    # 32 characters. New tokens use the first; the others keep links sent under them working
+    # until they expire, so a secret can be rotated without breaking links in flight.
+    secrets: tuple[str, ...] = ()
+    # NOTIFIER_TOKEN_TTL: seconds a verification link stays valid (independent of leases).
+    ttl_seconds: float = 3600.0
+    # NOTIFIER_PUBLIC_URL: where users reach the API; links are built as {url}/verify?token=...
+    public_url: str = "http://127.0.0.1:8000"
+
+    @classmethod
+    def from_env(cls, env: Env | None = None, *, required: bool = True) -> TokenSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        secrets = _read(env, "NOTIFIER_TOKEN_SECRET", _secret_list, d.secrets, secret=True)
+        if required and not secrets:
+            raise ConfigError(
+                "NOTIFIER_TOKEN_SECRET",
+                "is required: set it to a random string of at least 32 characters "
+                '(for example: python -c "import secrets; print(secrets.token_urlsafe(32))")',
+            )
+        return cls(
+            secrets=secrets,
+            ttl_seconds=_read(env, "NOTIFIER_TOKEN_TTL", _seconds(60, 30 * 86400), d.ttl_seconds),
+            public_url=_read(env, "NOTIFIER_PUBLIC_URL", _http_url, d.public_url),
+        )
+
+
+# Shorter secrets make the HMAC key guessable offline from a single leaked link.
+MIN_SECRET_LENGTH = 32
+
+
+def _secret_list(raw: str) -> tuple[str, ...]:
+    secrets = tuple(s.strip() for s in raw.split(",") if s.strip())
+    if any(len(s) < MIN_SECRET_LENGTH for s in secrets):
+        raise ValueError(f"each secret must be at least {MIN_SECRET_LENGTH} characters")
+    return secrets
