@@ -41,3 +41,20 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
     await init_connection(conn)
     return conn
+
+
+# Statements are batched, so a worker needs few connections: claims, the pre-send gate,
+# completions, lease renewal and the retry timer each use at most one at a time.
+POOL_MAX_SIZE = 10
+
+
+async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
+    """The pool every runtime statement goes through (the LISTEN connection stays outside)."""
+    return await asyncpg.create_pool(
+        url,
+        min_size=1,
+        max_size=max_size,
+        init=init_connection,
+        timeout=CONNECT_TIMEOUT_SECONDS,
+        server_settings={"application_name": "notifier"},
+    )

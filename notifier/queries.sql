@@ -20,3 +20,207 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 -- name: migration_record
 -- $1: version, $2: name, $3: checksum.
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
+
+-- name: insert_verification
+-- $1: verification id, $2: user id, $3: email, $4: purpose, $5: token key id, $6: token nonce,
+-- $7: token hash, $8: lifetime (seconds), $9: Message-ID, $10: max attempts,
+-- $11: traceparent, $12: tracestate. One statement, so the library call costs one round trip
+-- inside the caller's transaction; the outbox insert fires the NOTIFY trigger.
+WITH verification AS (
+    INSERT INTO notifier.verifications
+        (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))
+    RETURNING id, expires_at, created_at
+), outbox AS (
+    INSERT INTO notifier.email_outbox
+        (verification_id, message_id, max_attempts, traceparent, tracestate)
+    SELECT id, $9, $10, $11, $12 FROM verification
+    RETURNING id, verification_id
+)
+SELECT v.id, v.expires_at, v.created_at, o.id AS outbox_id
+FROM verification v JOIN outbox o ON o.verification_id = v.id;
+
+-- name: claim_by_ids
+-- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
+-- Claims exactly the named rows that are claimable now and not locked by another claim.
+WITH candidates AS MATERIALIZED (
+    -- Claimable: due pending rows, or sending rows whose worker let the lease run out.
+    -- SKIP LOCKED: a row another worker is claiming right now is theirs.
+    SELECT id
+    FROM notifier.email_outbox
+    WHERE id = ANY($1::bigint[])
+      AND ((status = 'pending' AND next_attempt_at <= now())
+           OR (status = 'sending' AND lease_until < now()))
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM notifier.claim_v1(ARRAY(SELECT id FROM candidates), $2, $3, $4);
+
+-- name: claim_due
+-- $1: most rows to claim, $2: lease owner, $3: lease (seconds), $4: discovered_by for due
+-- pending rows. The sweep: claims what no notification announced.
+WITH expired AS MATERIALIZED (
+    -- Leases that ran out first: those rows have waited longest. Served by the partial
+    -- index on sending rows.
+    SELECT id FROM notifier.email_outbox
+    WHERE status = 'sending' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    -- Then due pending rows, oldest first, from the partial index on pending rows.
+    SELECT id FROM notifier.email_outbox
+    WHERE status = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT greatest($1 - (SELECT count(*) FROM expired), 0)
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM notifier.claim_v1(
+    ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due), $2, $3, $4
+);
+
+-- name: check_sendable
+-- $1: outbox ids (bigint[]), $2: their lease tokens (uuid[]). The gate just before DATA:
+-- is each lease still held (and unexpired), and is its verification still worth sending?
+SELECT i.id,
+       o.id IS NOT NULL AS lease_held,
+       CASE
+           WHEN v.verified_at IS NOT NULL THEN 'verified'
+           WHEN v.superseded_at IS NOT NULL THEN 'superseded'
+           WHEN v.expires_at <= now() THEN 'expired'
+           ELSE 'live'
+       END AS verification
+FROM unnest($1::bigint[], $2::uuid[]) WITH ORDINALITY AS i(id, token, n)
+LEFT JOIN notifier.email_outbox o
+       ON o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
+      AND o.lease_until > now()
+LEFT JOIN notifier.verifications v ON v.id = o.verification_id
+ORDER BY i.n;
+
+-- name: renew_leases
+-- $1: outbox ids, $2: lease tokens, $3: lease (seconds). Extends only leases still held;
+-- the ids returned are the renewed ones, so a missing id is a lease lost.
+UPDATE notifier.email_outbox o
+SET lease_until = now() + make_interval(secs => $3), updated_at = now()
+FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+WHERE o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
+RETURNING o.id;
+
+-- name: complete_attempts
+-- $1: ids, $2: lease tokens, $3: outcomes, $4: retry delays (seconds), $5: SMTP codes,
+-- $6: details (redacted), $7: provider message ids, $8: durations (ms), $9: body sent,
+-- $10: attempt numbers, $11: discovered_by, $12: lease owner, $13: unknown-outcome limit.
+-- Settles a batch of attempts in one statement: each row changes only while its lease is
+-- still held (invariant 3), and every attempt is recorded, held or not.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::int[], $6::text[],
+                $7::text[], $8::float8[], $9::bool[], $10::int[], $11::text[])
+         AS i(id, token, outcome, retry_delay, smtp_code, detail, provider_message_id,
+              duration_ms, body_sent, attempt, discovered_by)
+), held AS MATERIALIZED (
+    -- Rows still under the caller's lease. One reclaimed by another worker is absent and
+    -- is not touched.
+    SELECT o.id, o.attempts, o.max_attempts, o.unknown_outcomes, v.expires_at
+    FROM input i
+    JOIN notifier.email_outbox o
+      ON o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
+    JOIN notifier.verifications v ON v.id = o.verification_id
+    FOR UPDATE OF o
+), decided AS (
+    SELECT i.*, h.attempts, h.unknown_outcomes,
+           CASE
+               WHEN i.outcome IN ('sent', 'verified') THEN 'sent'
+               WHEN i.outcome = 'permanent' THEN 'failed'
+               WHEN i.outcome IN ('expired', 'superseded') THEN 'expired'
+               -- Each retry after an unknown outcome may be a duplicate: stop after a few.
+               WHEN i.outcome = 'unknown' AND h.unknown_outcomes + 1 >= $13 THEN 'failed'
+               WHEN h.attempts >= h.max_attempts THEN 'failed'
+               -- A retry that would land after the link expires would send a dead link.
+               WHEN now() + make_interval(secs => i.retry_delay) >= h.expires_at THEN 'expired'
+               ELSE 'pending'
+           END AS new_status
+    FROM input i JOIN held h ON h.id = i.id
+), updated AS (
+    UPDATE notifier.email_outbox o SET
+        status = d.new_status,
+        lease_owner = NULL,
+        lease_token = NULL,
+        lease_until = NULL,
+        next_attempt_at = CASE WHEN d.new_status = 'pending'
+                               THEN now() + make_interval(secs => d.retry_delay)
+                               ELSE o.next_attempt_at END,
+        unknown_outcomes = o.unknown_outcomes + CASE WHEN d.outcome = 'unknown' THEN 1 ELSE 0 END,
+        provider_message_id = coalesce(d.provider_message_id, o.provider_message_id),
+        last_outcome = d.outcome,
+        last_error = CASE
+            WHEN d.new_status = 'sent' THEN NULL
+            WHEN d.new_status = 'failed' AND d.outcome = 'unknown'
+                 AND d.unknown_outcomes + 1 >= $13
+                THEN 'flagged: the outcome was unknown ' || (d.unknown_outcomes + 1)
+                     || ' times, so it is not sent again (each retry may be a duplicate); last: '
+                     || coalesce(d.detail, 'no reply')
+            WHEN d.new_status = 'failed' AND d.outcome <> 'permanent'
+                THEN 'gave up after ' || d.attempts || ' attempts; last: '
+                     || coalesce(d.detail, d.outcome)
+            WHEN d.new_status = 'expired' AND d.outcome IN ('transient', 'unknown')
+                THEN 'the link would expire before the next attempt; last: '
+                     || coalesce(d.detail, d.outcome)
+            ELSE d.detail
+        END,
+        completed_at = CASE WHEN d.new_status = 'pending' THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM decided d
+    WHERE o.id = d.id
+    RETURNING o.id, o.status, o.next_attempt_at
+), recorded AS (
+    INSERT INTO notifier.delivery_attempts
+        (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, smtp_code,
+         detail, provider_message_id, body_sent, lease_held, duration_ms)
+    SELECT i.id, i.attempt, $12, i.token, i.discovered_by,
+           CASE WHEN u.id IS NULL AND i.outcome NOT IN ('sent', 'unknown')
+                THEN 'lease_lost' ELSE i.outcome END,
+           i.smtp_code, i.detail, i.provider_message_id, i.body_sent, u.id IS NOT NULL,
+           i.duration_ms
+    FROM input i LEFT JOIN updated u ON u.id = i.id
+)
+SELECT i.id, u.status, u.next_attempt_at, u.id IS NOT NULL AS lease_held
+FROM input i LEFT JOIN updated u ON u.id = i.id;
+
+-- name: release_leases
+-- $1: outbox ids, $2: lease tokens, $3: lease owner. Shutdown hands back rows whose
+-- attempt sent nothing: pending again at once, the attempt not counted, and announced so a
+-- live worker takes them without waiting for a sweep.
+WITH released AS (
+    UPDATE notifier.email_outbox o SET
+        status = 'pending',
+        attempts = o.attempts - 1,
+        lease_owner = NULL,
+        lease_token = NULL,
+        lease_until = NULL,
+        next_attempt_at = now(),
+        last_outcome = 'released',
+        updated_at = now()
+    FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+    WHERE o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
+    RETURNING o.id, o.attempts + 1 AS attempt, i.token, o.discovered_by
+), recorded AS (
+    INSERT INTO notifier.delivery_attempts
+        (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, detail)
+    SELECT id, attempt, $3, token, discovered_by, 'released',
+           'the worker shut down before sending; the attempt is not counted'
+    FROM released
+)
+SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,
+       (SELECT count(*) FROM released) AS released;
+
+-- name: next_retry_in
+-- No parameters. Seconds until the earliest pending row is due (negative: overdue; NULL:
+-- none). Served by the partial index on pending rows.
+SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
+FROM notifier.email_outbox
+WHERE status = 'pending';
+
+-- name: notify
+-- $1: channel, $2: payload. The listener's self-notification round trip.
+SELECT pg_notify($1, $2);

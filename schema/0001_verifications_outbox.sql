@@ -43,6 +43,21 @@ CREATE INDEX verifications_user_email_purpose_idx
 CREATE INDEX verifications_email_created_idx
     ON notifier.verifications (email, created_at);
 
+-- How an attempt ended, and so how a row last changed. From SMTP: sent, transient (4xx or
+-- no connection), permanent (5xx), unknown (the connection died after the body: the server
+-- may have kept it). Settled without sending: expired, superseded, verified. Lease events:
+-- lease_lost (a completion found its lease gone), lease_expired (the worker vanished
+-- mid-attempt), released (shutdown handed the row back before sending anything).
+CREATE DOMAIN notifier.delivery_outcome AS text CHECK (VALUE IN (
+    'sent', 'transient', 'permanent', 'unknown',
+    'expired', 'superseded', 'verified',
+    'lease_lost', 'lease_expired', 'released'
+));
+
+CREATE DOMAIN notifier.discovery AS text CHECK (VALUE IN (
+    'notify', 'sweep', 'retry_timer', 'expired_lease', 'poll'
+));
+
 CREATE TABLE notifier.email_outbox (
     id                  bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     verification_id     uuid        NOT NULL UNIQUE
@@ -58,11 +73,11 @@ CREATE TABLE notifier.email_outbox (
     lease_token         uuid,
     lease_until         timestamptz,
     -- How the current or last claim found the row.
-    discovered_by       text        CHECK (discovered_by IN ('notify', 'sweep', 'retry_timer', 'expired_lease', 'poll')),
+    discovered_by       notifier.discovery,
     -- Stable across every attempt, so duplicates after an ambiguous outcome can be told apart.
     message_id          text        NOT NULL UNIQUE CHECK (length(message_id) BETWEEN 5 AND 255),
     provider_message_id text,
-    last_outcome        text        CHECK (last_outcome IN ('sent', 'transient', 'permanent', 'unknown', 'expired', 'superseded', 'lease_lost', 'released')),
+    last_outcome        notifier.delivery_outcome,
     last_error          text,
     -- W3C trace context of the request that enqueued the row.
     traceparent         text,
@@ -87,26 +102,31 @@ CREATE INDEX email_outbox_pending_due_idx
 CREATE INDEX email_outbox_sending_lease_idx
     ON notifier.email_outbox (lease_until) WHERE status = 'sending';
 
--- One notification per statement, not per row: a bulk insert of 500 rows costs a few NOTIFYs.
--- Each payload is {"v":1,"ids":[...]} with at most 300 ids, so even 19-digit ids stay well
--- under PostgreSQL's 8000-byte payload limit. Only rows due now are announced; scheduled
--- rows are found by the workers' retry timer and the sweep.
-CREATE FUNCTION notifier.notify_outbox_v1() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    payload text;
-BEGIN
-    FOR payload IN
-        SELECT json_build_object('v', 1, 'ids', json_agg(id ORDER BY id))::text
+-- Announces outbox ids on the versioned channel, in payloads of at most 300 ids:
+-- {"v":1,"ids":[...]}. Even 19-digit ids stay well under PostgreSQL's 8000-byte payload
+-- limit. Returns the number of notifications sent.
+CREATE FUNCTION notifier.announce_v1(ids bigint[]) RETURNS integer
+LANGUAGE sql AS $$
+    SELECT count(pg_notify('notifier_outbox_v1', payload))::integer
+    FROM (
+        SELECT json_build_object('v', 1, 'ids', json_agg(id ORDER BY id))::text AS payload
         FROM (
             SELECT id, (row_number() OVER (ORDER BY id) - 1) / 300 AS chunk
-            FROM new_rows
-            WHERE status = 'pending' AND next_attempt_at <= now()
+            FROM unnest(ids) AS id
         ) numbered
         GROUP BY chunk
-    LOOP
-        PERFORM pg_notify('notifier_outbox_v1', payload);
-    END LOOP;
+    ) payloads;
+$$;
+
+-- One notification per statement, not per row: a bulk insert of 500 rows costs two NOTIFYs
+-- (PostgreSQL serialises the commits of notifying transactions, so fewer is cheaper). Only
+-- rows due now are announced; scheduled rows are found by the workers' retry timer and sweep.
+CREATE FUNCTION notifier.notify_outbox_v1() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM notifier.announce_v1(ARRAY(
+        SELECT id FROM new_rows WHERE status = 'pending' AND next_attempt_at <= now()
+    ));
     RETURN NULL;
 END;
 $$;

@@ -10,7 +10,8 @@ import anyio
 import asyncpg
 import pytest
 
-from notifier.database import connect
+from notifier.database import connect, create_pool
+from notifier.tokens import TokenKeys
 from notifier.embedded import EmbeddedPostgres
 from tests.support.databases import (
     create_database,
@@ -84,3 +85,20 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+TEST_SECRET = "test-secret-" + "x" * 32
+
+
+@pytest.fixture
+def keys() -> TokenKeys:
+    return TokenKeys((TEST_SECRET,))

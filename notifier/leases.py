@@ -1,0 +1,202 @@
+"""Outbox leases: claim, check, renew, complete and release rows, each as one statement.
+
+Every change after a claim matches id, status 'sending' and the random lease token, so a
+worker that lost its lease changes nothing (invariant 3). Times come from the database
+clock, never the worker's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from notifier.queries import sql
+
+Discovery = Literal["notify", "sweep", "retry_timer", "expired_lease", "poll"]
+# What a claim did with a row: hand it out for sending, or settle it on the spot.
+Fate = Literal["send", "expired", "superseded", "verified", "exhausted"]
+AttemptOutcome = Literal[
+    "sent",
+    "transient",
+    "permanent",
+    "unknown",
+    "expired",
+    "superseded",
+    "verified",
+    "lease_lost",
+]
+VerificationState = Literal["live", "expired", "superseded", "verified"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A row a claim took: under this worker's lease when fate is "send", else settled."""
+
+    id: int
+    fate: Fate
+    status: str
+    lease_token: uuid.UUID | None
+    attempt: int
+    max_attempts: int
+    message_id: str
+    verification_id: uuid.UUID
+    discovered_by: Discovery
+    previous_status: str
+    user_id: str
+    email: str
+    purpose: str
+    token_key_id: str
+    token_nonce: bytes
+    expires_at: datetime
+    traceparent: str | None
+    tracestate: str | None
+
+    @classmethod
+    def from_record(cls, r: Any) -> Claimed:
+        return cls(
+            id=r["id"],
+            fate=r["fate"],
+            status=r["status"],
+            lease_token=r["lease_token"],
+            attempt=r["attempts"],
+            max_attempts=r["max_attempts"],
+            message_id=r["message_id"],
+            verification_id=r["verification_id"],
+            discovered_by=r["discovered_by"],
+            previous_status=r["previous_status"],
+            user_id=r["user_id"],
+            email=r["email"],
+            purpose=r["purpose"],
+            token_key_id=r["token_key_id"],
+            token_nonce=bytes(r["token_nonce"]),
+            expires_at=r["expires_at"],
+            traceparent=r["traceparent"],
+            tracestate=r["tracestate"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A lease this worker believes it holds."""
+
+    id: int
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Sendability:
+    """The gate's answer for one row just before DATA."""
+
+    lease_held: bool
+    verification: VerificationState | None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """How one attempt ended, as the worker saw it."""
+
+    id: int
+    token: uuid.UUID
+    attempt: int
+    discovered_by: Discovery
+    outcome: AttemptOutcome
+    retry_delay: float = 0.0
+    smtp_code: int | None = None
+    detail: str | None = None
+    provider_message_id: str | None = None
+    duration_ms: float | None = None
+    body_sent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """What the completion did: the row's new status, or lease_held False if it did nothing."""
+
+    id: int
+    lease_held: bool
+    status: str | None
+    next_attempt_at: datetime | None
+
+
+class Leases:
+    """The lease operations of one worker (its owner name and lease length) over a pool.
+
+    Each method is one statement on whichever pool connection is free, so claims, checks and
+    completions from many tasks never wait on each other's transactions.
+    """
+
+    def __init__(self, pool: Any, owner: str, lease_seconds: float) -> None:
+        self.pool = pool
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+
+    async def claim_ids(self, ids: Sequence[int], discovered_by: Discovery) -> list[Claimed]:
+        rows = await self.pool.fetch(
+            sql("claim_by_ids"), list(ids), self.owner, self.lease_seconds, discovered_by
+        )
+        return [Claimed.from_record(r) for r in rows]
+
+    async def claim_due(self, limit: int, discovered_by: Discovery) -> list[Claimed]:
+        rows = await self.pool.fetch(
+            sql("claim_due"), limit, self.owner, self.lease_seconds, discovered_by
+        )
+        return [Claimed.from_record(r) for r in rows]
+
+    async def check(self, held: Sequence[Held]) -> list[Sendability]:
+        rows = await self.pool.fetch(
+            sql("check_sendable"), [h.id for h in held], [h.token for h in held]
+        )
+        return [
+            Sendability(r["lease_held"], r["verification"] if r["lease_held"] else None)
+            for r in rows
+        ]
+
+    async def renew(self, held: Sequence[Held]) -> set[int]:
+        rows = await self.pool.fetch(
+            sql("renew_leases"), [h.id for h in held], [h.token for h in held], self.lease_seconds
+        )
+        return {r["id"] for r in rows}
+
+    async def complete(
+        self, completions: Sequence[Completion], unknown_outcome_limit: int
+    ) -> list[Completed]:
+        c = completions
+        rows = await self.pool.fetch(
+            sql("complete_attempts"),
+            [x.id for x in c],
+            [x.token for x in c],
+            [x.outcome for x in c],
+            [x.retry_delay for x in c],
+            [x.smtp_code for x in c],
+            [x.detail for x in c],
+            [x.provider_message_id for x in c],
+            [x.duration_ms for x in c],
+            [x.body_sent for x in c],
+            [x.attempt for x in c],
+            [x.discovered_by for x in c],
+            self.owner,
+            unknown_outcome_limit,
+        )
+        by_id = {r["id"]: r for r in rows}
+        return [
+            Completed(
+                x.id,
+                by_id[x.id]["lease_held"],
+                by_id[x.id]["status"],
+                by_id[x.id]["next_attempt_at"],
+            )
+            for x in c
+        ]
+
+    async def release(self, held: Sequence[Held]) -> int:
+        row = await self.pool.fetchrow(
+            sql("release_leases"), [h.id for h in held], [h.token for h in held], self.owner
+        )
+        return int(row["released"])
+
+    async def next_retry_in(self) -> float | None:
+        value = await self.pool.fetchval(sql("next_retry_in"))
+        return None if value is None else float(value)
