@@ -1,0 +1,77 @@
+"""Settings: defaults, and invalid values stopped at start with the variable named."""
+
+from __future__ import annotations
+
+import pytest
+
+from notifier.config import DatabaseSettings, SmtpSettings, TokenSettings, WorkerSettings
+from notifier.errors import ConfigError
+
+
+def test_defaults_need_no_environment() -> None:
+    worker = WorkerSettings.from_env({})
+    assert (worker.mode, worker.sweep_interval, worker.lease_seconds) == ("notify", 10.0, 60.0)
+    assert SmtpSettings.from_env({}).port == 25
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("NOTIFIER_MODE", "telepathy"),
+        ("NOTIFIER_POLL_INTERVAL", "-1"),
+        ("NOTIFIER_SWEEP_INTERVAL", "soon"),
+        ("NOTIFIER_LEASE_SECONDS", "0"),
+        ("NOTIFIER_CONCURRENCY", "0"),
+        ("NOTIFIER_BATCH_SIZE", "1.5"),
+        ("NOTIFIER_MAX_ATTEMPTS", "1000"),
+        ("NOTIFIER_RETRY_JITTER", "1"),
+        ("NOTIFIER_RETRY_FACTOR", "0.5"),
+        ("NOTIFIER_TRANSPORT", "pigeon"),
+    ],
+)
+def test_invalid_worker_setting_names_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        WorkerSettings.from_env({variable: value})
+    assert caught.value.setting == variable
+    assert variable in str(caught.value)
+
+
+def test_retry_ceiling_below_base_is_refused() -> None:
+    with pytest.raises(ConfigError, match="NOTIFIER_RETRY_CEILING"):
+        WorkerSettings.from_env({"NOTIFIER_RETRY_BASE": "100", "NOTIFIER_RETRY_CEILING": "10"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("NOTIFIER_SMTP_PORT", "70000"),
+        ("NOTIFIER_SMTP_TLS", "ssl3"),
+        ("NOTIFIER_MAIL_FROM", "not-an-address"),
+        ("NOTIFIER_MAIL_FROM", "a@b.com\r\nBcc: x@y.z"),
+        ("NOTIFIER_SMTP_DATA_TIMEOUT", "0"),
+    ],
+)
+def test_invalid_smtp_setting_names_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=variable):
+        SmtpSettings.from_env({variable: value})
+
+
+def test_missing_token_secret_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="NOTIFIER_TOKEN_SECRET"):
+        TokenSettings.from_env({})
+
+
+def test_short_token_secret_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": "hunter2"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_several_secrets_are_kept_newest_first() -> None:
+    new, old = "n" * 32, "o" * 32
+    assert TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": f"{new}, {old}"}).secrets == (new, old)
+
+
+def test_database_url_must_be_postgresql() -> None:
+    with pytest.raises(ConfigError, match="NOTIFIER_DATABASE_URL"):
+        DatabaseSettings.from_env({"NOTIFIER_DATABASE_URL": "sqlite:///x"})
