@@ -44,6 +44,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return anyio.run(_migrate, url, args.status, backend="asyncio")
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from notifier.runner import WorkerConfig, run_worker
+
+    config = WorkerConfig.from_env()  # invalid settings stop here, before any connection
+    with database_url(DatabaseSettings.from_env()) as url:
+        anyio.run(run_worker, url, config, backend="asyncio")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
@@ -58,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="list migrations and exit 1 if any is pending, applying nothing",
     )
     migrate.set_defaults(handler=cmd_migrate)
+
+    worker = commands.add_parser(
+        "worker", help="deliver verification emails until SIGTERM (settings: NOTIFIER_*)"
+    )
+    worker.set_defaults(handler=cmd_worker)
     return parser
 
 

@@ -184,5 +184,6 @@ class Listener:
 
     @staticmethod
     def _backoff(failures: int) -> float:
-        nominal = min(RECONNECT_CAP_SECONDS, RECONNECT_FIRST_SECONDS * 2 ** min(failures - 1, 16))
+        exponent = min(failures - 1, 16)
+        nominal = min(RECONNECT_CAP_SECONDS, RECONNECT_FIRST_SECONDS * 2.0**exponent)
         return nominal * random.uniform(0.5, 1.0)

@@ -11,8 +11,8 @@ import asyncpg
 import pytest
 
 from notifier.database import connect, create_pool
-from notifier.tokens import TokenKeys
 from notifier.embedded import EmbeddedPostgres
+from notifier.tokens import TokenKeys
 from tests.support.databases import (
     create_database,
     create_template,

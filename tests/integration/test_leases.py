@@ -252,7 +252,11 @@ async def test_sent_completion_clears_the_lease_and_keeps_the_provider_id(
     enqueued = await enqueue(db, keys)
     [row] = await leases.claim_ids([enqueued.outbox_id], "notify")
     [done] = await leases.complete(
-        [completion(row, "sent", smtp_code=250, provider_message_id="queued as X1", body_sent=True)],
+        [
+            completion(
+                row, "sent", smtp_code=250, provider_message_id="queued as X1", body_sent=True
+            )
+        ],
         UNKNOWN_LIMIT,
     )
     stored = await outbox_row(db, row.id)
@@ -292,7 +296,8 @@ async def test_transient_failure_schedules_a_retry_after_the_given_delay(
     )
     assert done.status == "pending"
     wait = await db.fetchval(
-        "SELECT extract(epoch FROM next_attempt_at - now()) FROM notifier.email_outbox WHERE id = $1",
+        "SELECT extract(epoch FROM next_attempt_at - now())"
+        " FROM notifier.email_outbox WHERE id = $1",
         row.id,
     )
     assert 115 < wait <= 120

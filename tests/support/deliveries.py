@@ -32,7 +32,9 @@ async def enqueue(
     )
 
 
-async def enqueue_many(conn: Any, keys: TokenKeys, count: int, prefix: str = "user") -> list[Enqueued]:
+async def enqueue_many(
+    conn: Any, keys: TokenKeys, count: int, prefix: str = "user"
+) -> list[Enqueued]:
     async with conn.transaction():
         return [
             await enqueue(conn, keys, f"{prefix}{i}@example.com", user_id=f"{prefix}-{i}")

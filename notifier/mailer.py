@@ -1,0 +1,448 @@
+"""The mail transport: SMTP over a pool of reused connections, and a null one for benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import email.policy
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol, assert_never
+
+import anyio
+from aiosmtplib import (
+    SMTP,
+    SMTPAuthenticationError,
+    SMTPException,
+    SMTPHeloError,
+    SMTPNotSupported,
+    SMTPRecipientsRefused,
+    SMTPResponseException,
+    SMTPServerDisconnected,
+)
+
+from notifier.config import SmtpSettings, TransportKind
+from notifier.messages import OutgoingMessage
+from notifier.redact import redact_text
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["sent", "transient", "permanent", "unknown", "aborted"]
+
+# A gate says, immediately before DATA, whether the message may still go out (the worker
+# re-checks its lease and the token's expiry). False, or an exception, means it may not.
+Gate = Callable[[], Awaitable[bool]]
+
+# Replies are stored with the delivery and copied into logs and spans; a server can send
+# kilobytes of text, and none of it is worth keeping beyond this.
+REPLY_LIMIT_CHARS = 500
+# QUIT is a courtesy at shutdown; a server that does not answer quickly is just closed.
+QUIT_TIMEOUT_SECONDS = 2.0
+# A configuration problem (bad credentials, TLS that cannot be set up) is logged at ERROR
+# the first time and then at most this often, so a broken deployment is loud but not a flood.
+CONFIG_ALERT_REPEAT_SECONDS = 300.0
+# "Service not available, closing transmission channel": the server is hanging up.
+SERVICE_CLOSING = 421
+# "Authentication required" at MAIL: the deployment lacks credentials, the message is fine.
+AUTH_REQUIRED = 530
+NULL_PROVIDER_ID = "null"
+
+Phase = Literal["connect", "envelope", "data"]
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """How one send ended, and the evidence for it."""
+
+    outcome: Outcome
+    # The SMTP reply code that decided the outcome, when the server replied.
+    code: int | None
+    # The server's reply text (or, when it never replied, what went wrong), redacted with
+    # redact_text and at most REPLY_LIMIT_CHARS long.
+    reply: str | None
+    # For "sent": the server's reply after the body (e.g. "2.0.0 Ok: queued as ABC123"),
+    # redacted; the provider's handle for this message.
+    provider_message_id: str | None
+    # Whether the DATA phase was entered; after that a lost connection is an unknown outcome.
+    body_sent: bool
+    # Seconds spent in send(), including the wait for a free connection.
+    duration: float
+
+
+class Transport(Protocol):
+    """Sends one message at a time per call; safe to call concurrently."""
+
+    async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
+        """Deliver `message`, calling `gate` immediately before the body goes out.
+
+        Never raises, except for cancellation.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release every connection; no send may be started afterwards."""
+        ...
+
+
+def transport_from_settings(kind: TransportKind, settings: SmtpSettings) -> Transport:
+    """The transport NOTIFIER_TRANSPORT names."""
+    if kind == "smtp":
+        return SmtpTransport(settings)
+    if kind == "null":
+        return NullTransport()
+    assert_never(kind)
+
+
+class NullTransport:
+    """Accepts every message at once without any I/O; for benchmarks. Holds no resources."""
+
+    async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
+        started = time.perf_counter()
+        if not await _ask(gate):
+            return _result("aborted", started)
+        return _result(
+            "sent",
+            started,
+            code=250,
+            reply=NULL_PROVIDER_ID,
+            provider_message_id=NULL_PROVIDER_ID,
+            body_sent=True,
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _StaleConnection(Exception):
+    """A pooled connection turned out to have been dropped by the server while idle."""
+
+
+class SmtpTransport:
+    """Sends over up to `settings.pool_size` reused SMTP connections, one send per connection.
+
+    Connections open lazily on first need, return to the pool after a clean transaction,
+    and are discarded after any connection-level error, a 421, or a cancelled send (whose
+    protocol state is unknown). Sends beyond the pool size wait for a free connection.
+    `aclose()` QUITs the pooled connections; sends after it fail as transient.
+    """
+
+    def __init__(self, settings: SmtpSettings) -> None:
+        self._settings = settings
+        # Each permit is one connection's worth of sending: a send holds one from before it
+        # takes (or opens) a connection until that connection is pooled or closed again, so
+        # there are never more connections than permits.
+        self._slots = anyio.Semaphore(settings.pool_size)
+        # Connected clients between transactions; the most recently used is reused first,
+        # as it is the least likely to have been dropped for idling.
+        self._idle: list[SMTP] = []
+        self._local_hostname: str | None = None
+        self._alerted_at: dict[str, float] = {}
+        self._closed = False
+
+    async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
+        started = time.perf_counter()
+        if self._closed:
+            return _result("transient", started, reply="the SMTP transport is closed")
+        try:
+            payload, utf8 = _serialize(message)
+        except (ValueError, TypeError) as exc:
+            # A value that cannot go into a message fails the same way on every attempt.
+            return _result("permanent", started, reply=f"the message cannot be built: {exc}")
+        except Exception as exc:
+            log.error("unexpected error while building a message", exc_info=exc)
+            return _result("transient", started, reply=f"the message cannot be built: {exc}")
+        async with self._slots:
+            client = self._take_idle()
+            if client is not None:
+                try:
+                    return await self._transact(client, message, payload, utf8, gate, started)
+                except _StaleConnection:
+                    # Not this message's fault: the server dropped the connection while it
+                    # sat in the pool. One fresh connection gets the send instead.
+                    pass
+            return await self._transact(None, message, payload, utf8, gate, started)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        timeout = min(QUIT_TIMEOUT_SECONDS, self._settings.command_timeout)
+        try:
+            for client in idle:
+                # A server that has gone already needs no goodbye.
+                with contextlib.suppress(SMTPException, OSError):
+                    await client.quit(timeout=timeout)
+        finally:
+            for client in idle:
+                client.close()
+
+    def _take_idle(self) -> SMTP | None:
+        while self._idle:
+            client = self._idle.pop()
+            if client.is_connected:
+                return client
+            # The server closed it while idle and we saw the EOF: nothing to retry.
+            client.close()
+        return None
+
+    async def _transact(
+        self,
+        client: SMTP | None,
+        message: OutgoingMessage,
+        payload: bytes,
+        utf8: bool,
+        gate: Gate,
+        started: float,
+    ) -> SendResult:
+        """One SMTP transaction; raises _StaleConnection only for a reused `client`."""
+        s = self._settings
+        reused = client is not None
+        phase: Phase = "connect"
+        keep = False
+        try:
+            if client is None:
+                client = self._new_client()
+                await self._connect(client)
+            phase = "envelope"
+            if utf8 and not client.supports_extension("smtputf8"):
+                keep = True
+                return _result(
+                    "permanent",
+                    started,
+                    reply="the server does not offer SMTPUTF8, which a non-ASCII address needs",
+                )
+            encoding = "utf-8" if utf8 else "ascii"
+            try:
+                await client.mail(
+                    message.sender,
+                    options=_mail_options(client, len(payload), utf8),
+                    encoding=encoding,
+                    timeout=s.command_timeout,
+                )
+            except ConnectionError as exc:
+                if reused:
+                    raise _StaleConnection from exc
+                raise
+            await client.rcpt(message.recipient, encoding=encoding, timeout=s.command_timeout)
+            if not await _ask(gate):
+                # Nothing was sent: drop the envelope and keep the connection if RSET works.
+                # Whatever RSET meets, the outcome stays "aborted".
+                keep = await self._reset(client)
+                return _result("aborted", started)
+            if not client.is_connected:
+                # The server hung up while the gate decided: the body never left, so this
+                # is an ordinary transient failure, not an unknown outcome.
+                raise SMTPServerDisconnected("the connection was lost before DATA")
+            phase = "data"
+            # Shielded: once the body may be going out, a cancellation (shutdown) could only
+            # turn a delivery into an unknown outcome. The data timeout still bounds it.
+            with anyio.CancelScope(shield=True):
+                response = await client.data(payload, timeout=s.data_timeout)
+            keep = True
+            queued = _trim(response.message)
+            return _result(
+                "sent",
+                started,
+                code=response.code,
+                reply=queued,
+                provider_message_id=queued,
+                body_sent=True,
+            )
+        except _StaleConnection:
+            raise
+        except Exception as exc:
+            result = self._classify(exc, phase, started)
+            if client is not None and _leaves_connection_usable(exc) and client.is_connected:
+                keep = await self._reset(client)
+            return result
+        finally:
+            # Also reached on cancellation, with keep False: a connection interrupted at an
+            # unknown point of the protocol must never serve another send.
+            if client is not None:
+                if keep and client.is_connected and not self._closed:
+                    self._idle.append(client)
+                else:
+                    client.close()
+
+    def _new_client(self) -> SMTP:
+        s = self._settings
+        return SMTP(
+            hostname=s.host,
+            port=s.port,
+            username=s.username,
+            password=s.password,
+            local_hostname=self._local_hostname,
+            # The client-wide timeout covers connect, EHLO, STARTTLS and AUTH; every later
+            # command passes its own.
+            timeout=s.connect_timeout,
+            use_tls=s.tls == "tls",
+            start_tls=s.tls == "starttls",
+            validate_certs=s.validate_certs,
+        )
+
+    async def _connect(self, client: SMTP) -> None:
+        if self._local_hostname is None:
+            # aiosmtplib would look this up (a possibly slow DNS query) for every new
+            # connection; it is the same for all of them.
+            self._local_hostname = await anyio.to_thread.run_sync(socket.getfqdn)
+            client.local_hostname = self._local_hostname
+        await client.connect()
+        if client.is_ehlo_or_helo_needed:
+            # Done here so that a failing greeting counts as connecting, not as the message.
+            try:
+                await client.ehlo()
+            except SMTPHeloError:
+                await client.helo()
+
+    async def _reset(self, client: SMTP) -> bool:
+        """RSET after a refusal; True if the connection is fit to be pooled again."""
+        try:
+            await client.rset(timeout=self._settings.command_timeout)
+        except (SMTPException, OSError):
+            return False
+        return True
+
+    def _classify(self, exc: Exception, phase: Phase, started: float) -> SendResult:
+        body_sent = phase == "data"
+        problem = _configuration_problem(exc, phase)
+        if problem is not None:
+            self._alert(problem, exc)
+            code = exc.code if isinstance(exc, SMTPResponseException) else None
+            return _result(
+                "transient", started, code=code, reply=f"{problem}: {exc}", body_sent=body_sent
+            )
+        code, text = _reply_of(exc)
+        if code is not None and phase != "connect" and 400 <= code < 600:
+            outcome: Outcome = "transient" if code < 500 else "permanent"
+            return _result(outcome, started, code=code, reply=text, body_sent=body_sent)
+        if phase == "envelope" and isinstance(exc, ValueError):
+            # aiosmtplib refuses, before writing anything, an address it cannot put on the
+            # wire (control characters, a malformed address, a non-ASCII one without SMTPUTF8).
+            return _result("permanent", started, reply=f"the address cannot be sent: {exc}")
+        if not isinstance(exc, (SMTPException, OSError)):
+            log.error("unexpected error while sending (%s)", phase, exc_info=exc)
+        # What is left is the connection failing us: a refused or lost connection, a
+        # timeout, a reply that does not parse. Before the body that is simply worth another
+        # try; once the body may have reached the server, nobody knows whether it was kept.
+        outcome = "unknown" if body_sent else "transient"
+        return _result(
+            outcome, started, code=code, reply=text or _describe(exc), body_sent=body_sent
+        )
+
+    def _alert(self, problem: str, exc: Exception) -> None:
+        now = time.monotonic()
+        last = self._alerted_at.get(problem)
+        if last is not None and now - last < CONFIG_ALERT_REPEAT_SECONDS:
+            return
+        self._alerted_at[problem] = now
+        log.error(
+            "SMTP configuration problem: %s (%s). Deliveries are retried, not failed, "
+            "until it is fixed: check the NOTIFIER_SMTP_* settings.",
+            problem,
+            redact_text(_describe(exc)),
+        )
+
+
+def _serialize(message: OutgoingMessage) -> tuple[bytes, bool]:
+    """The message's bytes, and whether its addresses need SMTPUTF8."""
+    utf8 = not (message.sender.isascii() and message.recipient.isascii())
+    policy = email.policy.SMTPUTF8 if utf8 else email.policy.SMTP
+    return message.to_email().as_bytes(policy=policy), utf8
+
+
+def _mail_options(client: SMTP, size: int, utf8: bool) -> list[str]:
+    options = []
+    if client.supports_extension("size"):
+        # Lets a server refuse an oversized message before we send it.
+        options.append(f"SIZE={size}")
+    if utf8:
+        options.append("SMTPUTF8")
+        if client.supports_extension("8bitmime"):
+            options.append("BODY=8BITMIME")
+    return options
+
+
+def _configuration_problem(exc: Exception, phase: Phase) -> str | None:
+    """What is wrong with the deployment, if `exc` says something is: these never burn a
+    delivery as permanent, since fixing the settings makes the same message go out."""
+    if isinstance(exc, SMTPAuthenticationError):
+        return "the server refused the AUTH credentials"
+    if isinstance(exc, SMTPNotSupported):
+        return "the server does not support what the settings require"
+    if _caused_by(exc, ssl.SSLError):
+        return "TLS could not be set up"
+    if isinstance(exc, SMTPResponseException) and exc.code == AUTH_REQUIRED:
+        return "the server requires AUTH (set NOTIFIER_SMTP_USERNAME and _PASSWORD)"
+    if phase == "connect" and not isinstance(exc, (SMTPResponseException, OSError)):
+        # e.g. STARTTLS or AUTH demanded but not offered, or settings aiosmtplib rejects.
+        return "the connection could not be set up as configured"
+    return None
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reply_of(exc: Exception) -> tuple[int | None, str | None]:
+    """The server's reply code and text carried by `exc`, if it carries one."""
+    if isinstance(exc, SMTPRecipientsRefused) and exc.recipients:
+        # What aiosmtplib's sendmail raises; it wraps each recipient's own reply.
+        first = exc.recipients[0]
+        return first.code, _trim(first.message)
+    if isinstance(exc, SMTPResponseException) and exc.code > 0:
+        return exc.code, _trim(exc.message)
+    return None, None
+
+
+def _leaves_connection_usable(exc: Exception) -> bool:
+    """After a refusal the session is still in step; after anything else it may not be."""
+    if isinstance(exc, SMTPRecipientsRefused):
+        return True
+    if isinstance(exc, SMTPResponseException):
+        return 400 <= exc.code < 600 and exc.code != SERVICE_CLOSING
+    return isinstance(exc, ValueError)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _trim(text: str) -> str:
+    return redact_text(text.strip())[:REPLY_LIMIT_CHARS]
+
+
+async def _ask(gate: Gate) -> bool:
+    try:
+        return bool(await gate())
+    except Exception:
+        # A gate that cannot answer (say, the database is unreachable) cannot vouch for the
+        # lease; not sending is the only safe reading.
+        log.warning("the send gate failed; not sending", exc_info=True)
+        return False
+
+
+def _result(
+    outcome: Outcome,
+    started: float,
+    *,
+    code: int | None = None,
+    reply: str | None = None,
+    provider_message_id: str | None = None,
+    body_sent: bool = False,
+) -> SendResult:
+    return SendResult(
+        outcome=outcome,
+        code=code,
+        reply=None if reply is None else _trim(reply),
+        provider_message_id=provider_message_id,
+        body_sent=body_sent,
+        duration=time.perf_counter() - started,
+    )

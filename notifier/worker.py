@@ -1,0 +1,488 @@
+"""The delivery worker: claims outbox rows under leases, sends them, completes them.
+
+One process runs one Worker: an intake fed by LISTEN, a slow sweep and a retry timer; a
+claimer that turns waiting ids into leases in batches sized by free send slots; one task
+per send; coalescing batchers for the pre-DATA gate and for completions; and a lease keeper
+that renews leases of sends still in flight.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from notifier.batching import Batcher
+from notifier.config import WorkerSettings
+from notifier.intake import Intake
+from notifier.leases import (
+    Claimed,
+    Completed,
+    Completion,
+    Discovery,
+    Held,
+    Leases,
+    Sendability,
+)
+from notifier.listener import Listener
+from notifier.mailer import SendResult, Transport
+from notifier.messages import Templates
+from notifier.retries import Backoff
+from notifier.signals import Signals
+from notifier.tokens import TokenKeys, UnknownKeyError
+
+log = logging.getLogger(__name__)
+
+# A completion that cannot reach the database is retried after these delays (seconds);
+# if all fail, the lease expires and the row is retried by whoever claims it next.
+COMPLETION_RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 4.0)
+# Upper bound on one release or completion statement during shutdown, seconds.
+CLEANUP_TIMEOUT_SECONDS = 10.0
+# After a failed claim (database unreachable) the claimer waits this long, seconds.
+CLAIM_ERROR_BACKOFF_SECONDS = 0.5
+# Sweeps are spread by this fraction so a fleet of workers does not sweep in lockstep.
+SWEEP_JITTER = 0.1
+# Leases are renewed once a third of the lease has passed, checked four times as often.
+RENEW_AFTER_FRACTION = 1 / 3
+# Local retry deadlines are padded so the claim never arrives before the database's due time.
+RETRY_TIMER_MARGIN_SECONDS = 0.005
+
+
+def default_owner(name: str = "worker") -> str:
+    """host:pid/name, so a lease names the machine, process and worker that holds it."""
+    return f"{socket.gethostname()}:{os.getpid()}/{name}"
+
+
+@dataclass(slots=True)
+class _Flight:
+    """One send in flight: its lease, when it was last renewed, and how to stop it."""
+
+    row: Claimed
+    token: uuid.UUID
+    renewed_at: float
+    scope: anyio.CancelScope | None = None
+    body_sent: bool = False
+    lost: bool = False
+
+
+class Worker:
+    """Owns a worker's delivery loop for as long as `run()` runs.
+
+    `stop()` begins a graceful shutdown (invariant 7): claiming stops at once, sends in
+    flight get `shutdown_grace` seconds, then the rest are cancelled and their leases
+    released uncounted; `run()` returns when nothing is held.
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: Any,
+        database_url: str,
+        settings: WorkerSettings,
+        transport: Transport,
+        templates: Templates,
+        keys: TokenKeys,
+        mail_from: str,
+        public_url: str,
+        owner: str | None = None,
+        signals: Signals | None = None,
+    ) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.templates = templates
+        self.keys = keys
+        self.mail_from = mail_from
+        self.public_url = public_url.rstrip("/")
+        self.signals = signals or Signals()
+        self.leases = Leases(pool, owner or default_owner(), settings.lease_seconds)
+        self.backoff = Backoff.from_settings(settings)
+        self.intake = Intake()
+        self.listener = Listener(
+            database_url,
+            on_ids=self.intake.offer_ids,
+            on_connected=lambda: self.intake.request_sweep("sweep"),
+            signals=self.signals,
+            check_interval=settings.listener_check_interval,
+            check_timeout=settings.listener_check_timeout,
+        )
+        self._gate: Batcher[Held, Sendability] = Batcher(self.leases.check, settings.batch_size)
+        self._completer: Batcher[Completion, Completed] = Batcher(
+            lambda batch: self.leases.complete(batch, settings.unknown_outcome_limit),
+            settings.batch_size,
+        )
+        self._flights: dict[int, _Flight] = {}
+        self._retries: list[tuple[float, int]] = []  # (monotonic due time, outbox id)
+        self._retry_added: anyio.Event | None = None
+        self._slots: anyio.Semaphore | None = None
+        self._sends: TaskGroup | None = None
+        self._intake_scope: anyio.CancelScope | None = None
+        self._stopping = False
+
+    @property
+    def owner(self) -> str:
+        return self.leases.owner
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._flights)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Deliver until stopped; `task_status.started()` once listening (or polling)."""
+        self._slots = anyio.Semaphore(self.settings.concurrency)
+        async with anyio.create_task_group() as services:
+            services.start_soon(self._gate.run)
+            services.start_soon(self._completer.run)
+            services.start_soon(self._keep_leases)
+            async with anyio.create_task_group() as sends:
+                self._sends = sends
+                with anyio.CancelScope() as intake_scope:
+                    self._intake_scope = intake_scope
+                    if self._stopping:
+                        intake_scope.cancel()
+                    async with anyio.create_task_group() as intake:
+                        if self.settings.mode == "notify":
+                            await intake.start(self.listener.run)
+                            intake.start_soon(self._retry_timer)
+                        intake.start_soon(self._sweep_loop)
+                        intake.start_soon(self._claim_loop)
+                        log.info(
+                            "worker %s delivering (%s mode, %d sends in flight at most)",
+                            self.owner,
+                            self.settings.mode,
+                            self.settings.concurrency,
+                        )
+                        self.signals.emit("started", owner=self.owner)
+                        task_status.started()
+                if self._flights:
+                    log.info("claiming stopped; waiting for %d sends in flight", len(self._flights))
+            services.cancel_scope.cancel()
+        self.signals.emit("stopped", owner=self.owner)
+        log.info("worker %s stopped", self.owner)
+
+    def stop(self) -> None:
+        """Stop claiming now; give sends in flight the grace period, then cancel them."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info(
+            "stopping: no new claims; %.0fs grace for sends in flight", self.settings.shutdown_grace
+        )
+        if self._intake_scope is not None:
+            self._intake_scope.cancel()
+        if self._sends is not None:
+            self._sends.cancel_scope.deadline = anyio.current_time() + self.settings.shutdown_grace
+
+    # -- finding work ------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        if self.settings.mode == "poll":
+            while True:
+                self.intake.request_sweep("poll")
+                await anyio.sleep(self.settings.poll_interval)
+        while True:
+            self.intake.request_sweep("sweep")
+            spread = random.uniform(1 - SWEEP_JITTER, 1 + SWEEP_JITTER)
+            await anyio.sleep(self.settings.sweep_interval * spread)
+
+    async def _retry_timer(self) -> None:
+        """Wake exactly when a retry this worker scheduled comes due, and claim that row."""
+        while True:
+            self._retry_added = anyio.Event()
+            if not self._retries:
+                await self._retry_added.wait()
+                continue
+            wait = self._retries[0][0] - time.monotonic()
+            if wait > 0:
+                with anyio.move_on_after(wait):
+                    await self._retry_added.wait()
+                continue
+            due: list[int] = []
+            now = time.monotonic()
+            while self._retries and self._retries[0][0] <= now:
+                due.append(heapq.heappop(self._retries)[1])
+            self.intake.offer_ids(due, "retry_timer")
+
+    def _schedule_retry(self, outbox_id: int, delay: float) -> None:
+        heapq.heappush(
+            self._retries, (time.monotonic() + delay + RETRY_TIMER_MARGIN_SECONDS, outbox_id)
+        )
+        if self._retry_added is not None:
+            self._retry_added.set()
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        assert self._slots is not None and self._sends is not None
+        slots, sends = self._slots, self._sends
+        while True:
+            await self.intake.wait()
+            # Claim only what can be sent now: an idle worker takes one row at once; rows
+            # that piled up while every slot was busy go together, up to the batch size.
+            await slots.acquire()
+            free = 1
+            while free < self.settings.batch_size:
+                try:
+                    slots.acquire_nowait()
+                except anyio.WouldBlock:
+                    break
+                free += 1
+            try:
+                rows = await self._claim(free)
+            except Exception as exc:
+                for _ in range(free):
+                    slots.release()
+                log.warning("claim failed (%s); sweeping once the database answers", exc)
+                self.signals.emit("claim_failed", error=str(exc))
+                self.intake.request_sweep("sweep")
+                await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
+                continue
+            sending = 0
+            for row in rows:
+                if row.fate == "send":
+                    sending += 1
+                    sends.start_soon(self._deliver, row)
+                else:
+                    self.signals.emit("settled", id=row.id, fate=row.fate)
+            for _ in range(free - sending):
+                slots.release()
+
+    async def _claim(self, limit: int) -> list[Claimed]:
+        waiting = self.intake.take_ids(limit)
+        if waiting:
+            by_discovery: dict[Discovery, list[int]] = {}
+            for outbox_id, (_, discovery) in waiting.items():
+                by_discovery.setdefault(discovery, []).append(outbox_id)
+            rows: list[Claimed] = []
+            for discovery, ids in by_discovery.items():
+                rows += await self.leases.claim_ids(ids, discovery)
+            now = time.monotonic()
+            for row in rows:
+                offered = waiting.get(row.id)
+                self.signals.emit(
+                    "claimed",
+                    owner=self.owner,
+                    id=row.id,
+                    discovered_by=row.discovered_by,
+                    attempt=row.attempt,
+                    waited=None if offered is None else now - offered[0],
+                )
+            return rows
+        reason = self.intake.take_sweep()
+        if reason is None:
+            return []
+        rows = await self.leases.claim_due(limit, reason)
+        if len(rows) >= limit:
+            self.intake.request_sweep(reason)  # a full batch: more may be waiting
+        self.signals.emit("swept", owner=self.owner, reason=reason, claimed=len(rows))
+        for row in rows:
+            self.signals.emit(
+                "claimed",
+                id=row.id,
+                discovered_by=row.discovered_by,
+                attempt=row.attempt,
+                waited=None,
+            )
+        return rows
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def _deliver(self, row: Claimed) -> None:
+        assert row.lease_token is not None and self._slots is not None
+        flight = _Flight(row, row.lease_token, time.monotonic())
+        self._flights[row.id] = flight
+        try:
+            completion = await self._attempt(flight)
+        except anyio.get_cancelled_exc_class():
+            # Shutdown cancelled the attempt before any body went out: hand the row back.
+            if not flight.body_sent and not flight.lost:
+                await self._release(flight)
+            raise
+        finally:
+            del self._flights[row.id]
+            self._slots.release()
+        await self._complete(completion)
+
+    async def _attempt(self, flight: _Flight) -> Completion:
+        row = flight.row
+        started = time.monotonic()
+
+        def ended(**fields: Any) -> Completion:
+            return Completion(
+                id=row.id,
+                token=flight.token,
+                attempt=row.attempt,
+                discovered_by=row.discovered_by,
+                duration_ms=(time.monotonic() - started) * 1000,
+                **fields,
+            )
+
+        try:
+            token = self.keys.derive(row.token_key_id, row.verification_id, row.token_nonce)
+        except UnknownKeyError as exc:
+            return ended(outcome="permanent", detail=str(exc))
+        message = self.templates.compose(
+            message_id=row.message_id,
+            sender=self.mail_from,
+            recipient=row.email,
+            link=f"{self.public_url}/verify?token={token}",
+            expires_at=row.expires_at,
+            purpose=row.purpose,
+            now=datetime.now(UTC),
+        )
+        answer: Sendability | None = None
+
+        async def gate() -> bool:
+            """Just before DATA: is the lease still ours and the verification still live?"""
+            nonlocal answer
+            if flight.lost:
+                return False
+            try:
+                answer = await self._gate.submit(Held(row.id, flight.token))
+            except Exception as exc:
+                log.warning("cannot confirm the lease on %d before sending (%s)", row.id, exc)
+                return False
+            flight.body_sent = answer.lease_held and answer.verification == "live"
+            return flight.body_sent
+
+        with anyio.CancelScope() as scope:
+            flight.scope = scope
+            result = await self.transport.send(message, gate)
+        flight.scope = None
+        if scope.cancelled_caught:
+            return ended(
+                outcome="lease_lost", detail="the lease was lost before the message was sent"
+            )
+        return self._judge(result, answer, ended, row)
+
+    def _judge(
+        self, result: SendResult, answer: Sendability | None, ended: Any, row: Claimed
+    ) -> Completion:
+        detail = result.reply
+        if result.code is not None:
+            # Stored as support staff read it in a bounce: "550 5.1.1 <u***@x.com>: ...".
+            detail = f"{result.code} {detail or ''}".strip()
+        common = {"smtp_code": result.code, "detail": detail, "body_sent": result.body_sent}
+        match result.outcome:
+            case "sent":
+                return ended(  # type: ignore[no-any-return]
+                    outcome="sent", provider_message_id=result.provider_message_id, **common
+                )
+            case "permanent":
+                return ended(outcome="permanent", **common)  # type: ignore[no-any-return]
+            case "transient" | "unknown":
+                return ended(  # type: ignore[no-any-return]
+                    outcome=result.outcome, retry_delay=self.backoff.delay(row.attempt), **common
+                )
+            case "aborted":
+                if answer is None or not answer.lease_held or answer.verification is None:
+                    return ended(  # type: ignore[no-any-return]
+                        outcome="lease_lost", detail="the lease was gone at the pre-send check"
+                    )
+                if answer.verification == "live":
+                    # The gate said yes but the transport aborted anyway; treat as transient.
+                    return ended(  # type: ignore[no-any-return]
+                        outcome="transient", retry_delay=self.backoff.delay(row.attempt), **common
+                    )
+                return ended(outcome=answer.verification)  # type: ignore[no-any-return]
+
+    async def _complete(self, completion: Completion) -> None:
+        done: Completed | None = None
+        # Shielded: a result the mail server already gave must reach the database, even
+        # during shutdown, or the row would be sent again after its lease expires.
+        with anyio.CancelScope(shield=True):
+            for delay in (*COMPLETION_RETRY_DELAYS, None):
+                try:
+                    with anyio.fail_after(CLEANUP_TIMEOUT_SECONDS):
+                        done = await self._completer.submit(completion)
+                    break
+                except Exception as exc:
+                    if delay is None:
+                        log.error(
+                            "could not record the %s outcome of delivery %d (%s); its lease "
+                            "will expire and it will be retried",
+                            completion.outcome,
+                            completion.id,
+                            exc,
+                        )
+                        self.signals.emit("completion_failed", id=completion.id)
+                        return
+                    await anyio.sleep(delay)
+        assert done is not None
+        if not done.lease_held:
+            log.warning(
+                "delivery %d: lease lost before completion; the %s result changed nothing "
+                "and was recorded as ambiguous",
+                completion.id,
+                completion.outcome,
+            )
+            self.signals.emit("stale_completion", id=completion.id, outcome=completion.outcome)
+            return
+        if done.status == "pending":
+            self._schedule_retry(completion.id, completion.retry_delay)
+        self.signals.emit(
+            "completed",
+            owner=self.owner,
+            id=completion.id,
+            outcome=completion.outcome,
+            status=done.status,
+            attempt=completion.attempt,
+        )
+
+    async def _release(self, flight: _Flight) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_SECONDS):
+            try:
+                await self.leases.release([Held(flight.row.id, flight.token)])
+                self.signals.emit("released", id=flight.row.id)
+            except Exception as exc:
+                log.warning(
+                    "could not release delivery %d (%s); its lease will expire", flight.row.id, exc
+                )
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        renew_after = self.settings.lease_seconds * RENEW_AFTER_FRACTION
+        while True:
+            await anyio.sleep(renew_after / 4)
+            now = time.monotonic()
+            due = [
+                f
+                for f in self._flights.values()
+                if not f.lost and now - f.renewed_at >= renew_after
+            ]
+            if not due:
+                continue
+            try:
+                renewed = await self.leases.renew([Held(f.row.id, f.token) for f in due])
+            except Exception as exc:
+                log.warning("lease renewal failed (%s); will retry", exc)
+                continue
+            for flight in due:
+                if flight.row.id in renewed:
+                    flight.renewed_at = now
+                    continue
+                flight.lost = True
+                self.signals.emit("lease_lost", id=flight.row.id, body_sent=flight.body_sent)
+                log.warning(
+                    "delivery %d: lease lost while in flight%s",
+                    flight.row.id,
+                    "" if flight.body_sent else "; abandoning the send",
+                )
+                if not flight.body_sent and flight.scope is not None:
+                    flight.scope.cancel()

@@ -1,0 +1,384 @@
+"""The worker end to end: real PostgreSQL, real SMTP server, real LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import re
+from collections import Counter
+from email.message import EmailMessage
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+from notifier.listener import CHANNEL
+from notifier.signals import Signals
+from notifier.tokens import TokenKeys, hash_token
+from notifier.worker import Worker
+from tests.support.deliveries import (
+    attempts_of,
+    enqueue,
+    enqueue_many,
+    expire_verification,
+    outbox_row,
+)
+from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
+from tests.support.workers import PUBLIC_URL, running_worker
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 15  # seconds any single expectation may take before the test fails
+
+
+def completed(worker: Worker, count: int) -> Any:
+    return worker.signals.wait_for(lambda s: len(s.of("completed")) + len(s.of("settled")) >= count)
+
+
+def link_token(content: bytes) -> str:
+    """The token in the plain-text part's link, decoded from its transfer encoding."""
+    message = email.message_from_bytes(content, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    body = message.get_body(("plain",))
+    assert body is not None
+    text = body.get_content()
+    match = re.search(re.escape(PUBLIC_URL) + r"/verify\?token=([A-Za-z0-9._-]+)", text)
+    assert match, "no verification link in the message"
+    return match.group(1)
+
+
+async def statuses(db: asyncpg.Connection) -> Counter[str]:
+    rows = await db.fetch("SELECT status FROM notifier.email_outbox")
+    return Counter(r["status"] for r in rows)
+
+
+async def test_notified_delivery_is_sent_with_its_stable_message_id_and_a_working_link(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "reader@example.com")
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    [received] = smtp_server.received
+    assert received.message_id == f"<verify.{enqueued.id}@notifier.test>"
+    assert received.recipients == ["reader@example.com"]
+    stored_hash = await db.fetchval(
+        "SELECT token_hash FROM notifier.verifications WHERE id = $1", enqueued.id
+    )
+    assert hash_token(link_token(received.content)) == stored_hash
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"], row["discovered_by"]) == ("sent", 1, "notify")
+    assert row["provider_message_id"].startswith("2.0.0 Ok: queued as")
+
+
+async def test_the_raw_token_is_stored_nowhere_in_the_database(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        await enqueue(db, keys)
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    token = link_token(smtp_server.received[0].content)
+    mac = token.partition(".")[2]
+    for table in ("verifications", "email_outbox", "delivery_attempts"):
+        dump = await db.fetchval(
+            f"SELECT coalesce(string_agg(t::text, '|'), '') FROM notifier.{table} t"
+        )
+        assert mac not in dump, table
+
+
+async def test_two_workers_racing_over_1000_rows_never_both_send_one_row(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp = smtp_server.settings(pool_size=8)
+    shared = Signals()
+    async with (
+        running_worker(database_url, keys, smtp, name="a", signals=shared) as a,
+        running_worker(database_url, keys, smtp, name="b", signals=shared) as b,
+    ):
+        # Enqueued while both listen, so both are told about every row and race for each.
+        for start in range(0, 1000, 100):
+            await enqueue_many(db, keys, 100, prefix=f"race{start}-")
+        with anyio.fail_after(60):
+            await shared.wait_for_kind("completed", 1000)
+    assert await statuses(db) == Counter(sent=1000)
+    ids = Counter(r.message_id for r in smtp_server.received)
+    assert len(ids) == 1000
+    assert max(ids.values()) == 1, [m for m, n in ids.items() if n > 1]
+    owners = await db.fetch("SELECT DISTINCT lease_owner FROM notifier.delivery_attempts")
+    assert {r["lease_owner"] for r in owners} == {a.owner, b.owner}  # both really worked
+
+
+async def test_with_notifications_off_the_poll_alone_delivers_everything(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(
+        database_url, keys, smtp_server.settings(), mode="poll", poll_interval=0.1
+    ) as worker:
+        await enqueue_many(db, keys, 20)
+        with anyio.fail_after(WAIT):
+            await completed(worker, 20)
+    assert worker.listener.connection is None  # no LISTEN at all
+    assert await statuses(db) == Counter(sent=20)
+    found = await db.fetch("SELECT DISTINCT discovered_by FROM notifier.email_outbox")
+    assert [r["discovered_by"] for r in found] == ["poll"]
+
+
+async def test_without_the_trigger_the_sweep_alone_delivers_everything(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    await db.execute("ALTER TABLE notifier.email_outbox DISABLE TRIGGER email_outbox_notify_v1")
+    async with running_worker(
+        database_url, keys, smtp_server.settings(), sweep_interval=0.2
+    ) as worker:
+        await enqueue_many(db, keys, 20)
+        with anyio.fail_after(WAIT):
+            await completed(worker, 20)
+    assert await statuses(db) == Counter(sent=20)
+    found = await db.fetch("SELECT DISTINCT discovered_by FROM notifier.email_outbox")
+    assert [r["discovered_by"] for r in found] == ["sweep"]
+
+
+async def test_killed_listener_reconnects_sweeps_and_loses_nothing(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        pid = worker.listener.connection.get_server_pid()
+        await db.execute("SELECT pg_terminate_backend($1)", pid)
+        # Committed while nobody listens: these notifications are gone for good.
+        await enqueue_many(db, keys, 10, prefix="missed")
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("listener_connected", 2)
+            await completed(worker, 10)
+        assert worker.listener.connection.get_server_pid() != pid
+    assert worker.signals.of("listener_lost")
+    assert await statuses(db) == Counter(sent=10)
+
+
+async def test_silent_listener_is_detected_by_its_round_trip_and_replaced(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        # What a transaction-mode pooler does: the session looks fine but hears nothing.
+        await worker.listener.connection.execute(f"UNLISTEN {CHANNEL}")
+        with anyio.fail_after(WAIT):
+            [lost] = await worker.signals.wait_for_kind("listener_lost")
+            await worker.signals.wait_for_kind("listener_connected", 2)
+        assert "self-notification" in lost.data["reason"]
+        enqueued = await enqueue(db, keys)
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    assert (await outbox_row(db, enqueued.outbox_id))["status"] == "sent"
+
+
+async def test_malformed_payloads_are_ignored_and_listening_goes_on(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        for junk in ("not json", '{"v": 1, "ids": ["x"]}', '{"v": 9}', ""):
+            await db.execute("SELECT pg_notify($1, $2)", CHANNEL, junk)
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("malformed_payload", 4)
+        await enqueue(db, keys)
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    assert worker.signals.of("listener_lost") == []
+
+
+async def test_transient_replies_are_retried_with_backoff_until_sent(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("flaky@example.com", Fault.RCPT_4XX, Fault.DATA_4XX)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "flaky@example.com")
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for(
+                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            )
+    attempts = await attempts_of(db, enqueued.outbox_id)
+    assert [(a["attempt"], a["outcome"], a["smtp_code"]) for a in attempts] == [
+        (1, "transient", 451),
+        (2, "transient", 451),
+        (3, "sent", 250),
+    ]
+    # Retries are claimed by the worker's own timer the moment they come due.
+    assert [a["discovered_by"] for a in attempts] == ["notify", "retry_timer", "retry_timer"]
+
+
+async def test_permanent_reply_fails_at_once_and_is_never_retried(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("gone@example.com", Fault.RCPT_5XX)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "gone@example.com")
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"]) == ("failed", 1)
+    assert row["last_error"].startswith("550 5.1.1")
+    assert "gone@example.com" not in row["last_error"]  # safe to show: redacted
+
+
+async def test_retries_stop_at_max_attempts(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("busy@example.com", *[Fault.RCPT_4XX] * 5)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "busy@example.com", max_attempts=3)
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for(
+                lambda s: any(e.data["status"] == "failed" for e in s.of("completed"))
+            )
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"]) == ("failed", 3)
+    assert len(await attempts_of(db, enqueued.outbox_id)) == 3
+
+
+async def test_unknown_outcome_is_retried_under_the_same_message_id(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("maybe@example.com", Fault.DROP_AFTER_DATA)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "maybe@example.com")
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for(
+                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            )
+    copies = smtp_server.kept
+    assert len(copies) == 2 and copies[0].message_id == copies[1].message_id
+    attempts = await attempts_of(db, enqueued.outbox_id)
+    assert [(a["outcome"], a["body_sent"]) for a in attempts] == [("unknown", True), ("sent", True)]
+    assert (await outbox_row(db, enqueued.outbox_id))["unknown_outcomes"] == 1
+
+
+async def test_expired_verification_is_never_sent(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    enqueued = await enqueue(db, keys)
+    await expire_verification(db, enqueued.outbox_id)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("settled")
+    assert smtp_server.received == []
+    assert (await outbox_row(db, enqueued.outbox_id))["status"] == "expired"
+
+
+async def test_an_old_retry_that_comes_due_after_expiry_is_never_sent(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("late@example.com", Fault.RCPT_4XX)
+    async with running_worker(
+        database_url, keys, smtp_server.settings(), retry_base=1.0, retry_ceiling=1.0
+    ) as worker:
+        enqueued = await enqueue(db, keys, "late@example.com")
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("completed")
+        await expire_verification(db, enqueued.outbox_id)
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("settled")
+    assert smtp_server.received == []  # the 4xx came at RCPT: no body ever went out
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"]) == ("expired", 1)
+
+
+async def test_superseded_verification_is_never_sent(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    enqueued = await enqueue(db, keys)
+    await db.execute(
+        "UPDATE notifier.verifications SET superseded_at = now() WHERE id = $1", enqueued.id
+    )
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("settled")
+    assert smtp_server.received == []
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["last_outcome"]) == ("expired", "superseded")
+
+
+async def test_verification_expiring_between_claim_and_data_is_not_sent(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    hold = HoldAtRcpt()
+    smtp_server.plan("edge@example.com", hold)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "edge@example.com")
+        await hold.wait_reached()  # claimed, envelope under way, body not yet sent
+        await expire_verification(db, enqueued.outbox_id)
+        hold.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    assert smtp_server.received == []
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["last_outcome"]) == ("expired", "expired")
+
+
+async def test_lease_renewal_keeps_a_slow_send_owned(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("slow@example.com", SlowData(3.0))  # three one-second leases long
+    smtp = smtp_server.settings(data_timeout=10.0)
+    shared = Signals()
+    async with (
+        running_worker(database_url, keys, smtp, name="a", signals=shared, lease_seconds=1.0),
+        # Sweeping constantly, either would take the row the moment the other's lease ran out.
+        running_worker(
+            database_url,
+            keys,
+            smtp,
+            name="b",
+            signals=shared,
+            lease_seconds=1.0,
+            sweep_interval=0.05,
+        ),
+    ):
+        enqueued = await enqueue(db, keys, "slow@example.com")
+        with anyio.fail_after(WAIT):
+            [done] = await shared.wait_for_kind("completed")
+    assert len(smtp_server.received) == 1
+    attempts = await attempts_of(db, enqueued.outbox_id)
+    assert [(r["outcome"], r["lease_held"], r["lease_owner"]) for r in attempts] == [
+        ("sent", True, done.data["owner"])
+    ]
+    assert [e.data["owner"] for e in shared.of("claimed")] == [done.data["owner"]]
+    assert shared.of("lease_lost") == []
+
+
+async def test_clean_shutdown_finishes_sends_in_flight_and_leaves_no_lease(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    for n in range(3):
+        smtp_server.plan(f"inflight{n}@example.com", SlowData(1.0))
+    async with running_worker(database_url, keys, smtp_server.settings(pool_size=3)) as worker:
+        async with db.transaction():
+            for n in range(3):
+                await enqueue(db, keys, f"inflight{n}@example.com", user_id=f"u{n}")
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for(lambda s: worker.in_flight == 3)
+        worker.stop()
+    assert await statuses(db) == Counter(sent=3)
+    assert len(smtp_server.kept) == 3
+
+
+async def test_shutdown_past_its_grace_releases_unsent_rows_uncounted(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    hold = HoldAtRcpt()
+    smtp_server.plan("stuck@example.com", hold)
+    async with running_worker(
+        database_url, keys, smtp_server.settings(), shutdown_grace=0.2
+    ) as worker:
+        enqueued = await enqueue(db, keys, "stuck@example.com")
+        await hold.wait_reached()
+        worker.stop()
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for_kind("released")
+    hold.release.set()
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert smtp_server.received == []
+    assert (
+        await db.fetchval("SELECT count(*) FROM notifier.email_outbox WHERE status = 'sending'")
+        == 0
+    )

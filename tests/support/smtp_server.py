@@ -1,0 +1,442 @@
+"""A real SMTP server for tests (aiosmtpd in its own thread): records mail, injects faults."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import random
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.parser import BytesHeaderParser
+from typing import Any
+
+import anyio
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from notifier.config import SmtpSettings
+
+HOST = "127.0.0.1"
+# What the server calls itself; naming it spares aiosmtpd a getfqdn() per connection.
+SERVER_NAME = "smtp.test"
+# Seconds a SLOW_DATA fault holds its reply unless a SlowData says otherwise.
+DEFAULT_SLOW_DATA_SECONDS = 1.0
+# Seconds wait_for waits unless told otherwise.
+DEFAULT_WAIT_SECONDS = 5.0
+
+REPLY_RCPT_4XX = "451 4.3.0 try again later"
+REPLY_DATA_4XX = "451 4.3.0 try again later"
+REPLY_DATA_5XX = "554 5.6.0 message content rejected"
+
+
+class Fault(enum.Enum):
+    """What the server does with one delivery attempt."""
+
+    ACCEPT = "accept"
+    # At RCPT TO:
+    RCPT_4XX = "rcpt_4xx"  # 451 4.3.0 try again later
+    RCPT_5XX = "rcpt_5xx"  # 550 5.1.1 <address>: user unknown
+    # After the body (which the server reads in full first):
+    DATA_4XX = "data_4xx"  # 451, not kept
+    DATA_5XX = "data_5xx"  # 554, not kept
+    SLOW_DATA = "slow_data"  # kept, then 250 after the server's slow_data_seconds
+    DROP_AFTER_DATA = "drop_after_data"  # kept, then the connection closes with no reply
+    # At MAIL FROM, before the recipient is known; planned with SmtpServer.plan_mail:
+    DROP_AT_MAIL = "drop_at_mail"  # the connection closes with no reply
+
+
+@dataclass(frozen=True, slots=True)
+class SlowData:
+    """Fault.SLOW_DATA with its own delay: keep the message, answer 250 after `seconds`."""
+
+    seconds: float
+
+
+class HoldAtRcpt:
+    """Pause one attempt at RCPT TO until the test releases it, then accept the recipient.
+
+    Lets a test change the database between a worker's claim and its DATA, deterministically:
+    wait for `reached`, change what it needs, set `release`.
+    """
+
+    # Seconds the server waits for a release before accepting anyway, so a failing test
+    # cannot hang the server thread forever.
+    MAX_HOLD_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    async def wait_reached(self) -> None:
+        if not await anyio.to_thread.run_sync(self.reached.wait, self.MAX_HOLD_SECONDS):
+            raise TimeoutError("no delivery attempt reached RCPT TO")
+
+
+Planned = Fault | SlowData | HoldAtRcpt
+
+_MAIL_FAULTS = frozenset({Fault.ACCEPT, Fault.DROP_AT_MAIL})
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One message body the server read, whether it kept it or refused it."""
+
+    message_id: str
+    sender: str
+    recipients: list[str]
+    content: bytes
+    received_at: float  # time.time()
+    reply: str  # "" when the connection was dropped instead of answering
+    kept: bool  # the server took responsibility for it (accepted, slow, or dropped after)
+
+
+class SmtpServer:
+    """An aiosmtpd server on 127.0.0.1 running in its own thread, from start() until stop().
+
+    Records every message body it reads in `received` and counts the client connections
+    it serves. Faults are injected per recipient with `plan`, at MAIL FROM with
+    `plan_mail`, or at random with `set_random_faults`; anything unplanned is accepted.
+    All state is guarded by one lock, since the server thread writes what tests read.
+    """
+
+    def __init__(
+        self, port: int | None = None, *, slow_data_seconds: float = DEFAULT_SLOW_DATA_SECONDS
+    ) -> None:
+        self.host = HOST
+        self.port = _free_port() if port is None else port
+        self.slow_data_seconds = slow_data_seconds
+        self._lock = threading.Lock()
+        self._received: list[Received] = []
+        self._recipient_faults: defaultdict[str, deque[Planned]] = defaultdict(deque)
+        self._mail_faults: deque[Planned] = deque()
+        self._random_rates: dict[Planned, float] = {}
+        self._random = random.Random(0)
+        # The DATA-phase fault each open transaction drew at RCPT TO (only the server thread
+        # touches it). Envelopes are replaced after DATA and on RSET, so a stale entry can
+        # never apply to a later transaction.
+        self._data_faults: weakref.WeakKeyDictionary[Envelope, Planned] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._greeted: set[Session] = set()
+        self._connections_opened = 0
+        self._peak_open = 0
+        self._wakers: list[tuple[asyncio.AbstractEventLoop, anyio.Event]] = []
+        # Made by start(): aiosmtpd's controller creates its event loop when constructed,
+        # and only stop() closes it, so a server that never starts must not have one.
+        self._controller: _Controller | None = None
+
+    # Lifecycle
+
+    def start(self) -> None:
+        if self._controller is not None:
+            raise RuntimeError("the SMTP server is already running")
+        controller = _Controller(self, _Handler(self), hostname=HOST, port=self.port)
+        try:
+            controller.start()
+        except BaseException:
+            # e.g. the port is taken: the thread has ended, but its loop is still open.
+            controller.stop(no_assert=True)
+            if not controller.loop.is_closed():
+                controller.loop.close()
+            raise
+        self._controller = controller
+
+    def stop(self) -> None:
+        controller, self._controller = self._controller, None
+        if controller is not None:
+            controller.stop()
+
+    def __enter__(self) -> SmtpServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def settings(self, **overrides: Any) -> SmtpSettings:
+        """SmtpSettings pointing at this server: plain SMTP, and timeouts short enough for
+        tests (a fault must not cost a test more than a couple of seconds)."""
+        base = SmtpSettings(
+            host=self.host,
+            port=self.port,
+            tls="none",
+            connect_timeout=2.0,
+            command_timeout=2.0,
+            data_timeout=2.0,
+            pool_size=2,
+            mail_from="notifier@example.com",
+            message_id_domain="example.com",
+        )
+        return dataclasses.replace(base, **overrides)
+
+    # Fault injection
+
+    def plan(self, recipient: str, *faults: Planned) -> None:
+        """Each later delivery attempt to `recipient` (counted at RCPT TO) takes the next
+        of `faults`; once they are used up, the recipient is accepted again."""
+        if Fault.DROP_AT_MAIL in faults:
+            raise ValueError("DROP_AT_MAIL happens before any recipient is named: use plan_mail")
+        with self._lock:
+            self._recipient_faults[recipient].extend(faults)
+
+    def plan_mail(self, *faults: Planned) -> None:
+        """Each later MAIL FROM, on any connection, takes the next of `faults` (ACCEPT or
+        DROP_AT_MAIL)."""
+        if not set(faults) <= _MAIL_FAULTS:
+            raise ValueError("only ACCEPT and DROP_AT_MAIL happen at MAIL FROM")
+        with self._lock:
+            self._mail_faults.extend(faults)
+
+    def set_random_faults(self, rates: dict[Planned, float], seed: int) -> None:
+        """Apply each fault with its probability whenever nothing is planned (DROP_AT_MAIL
+        drawn at MAIL FROM, the others at RCPT TO); {} turns random faults off."""
+        if any(not 0 <= rate <= 1 for rate in rates.values()) or sum(rates.values()) > 1:
+            raise ValueError("rates must be probabilities that add up to at most 1")
+        with self._lock:
+            self._random_rates = dict(rates)
+            self._random = random.Random(seed)
+
+    # What happened
+
+    @property
+    def received(self) -> list[Received]:
+        """Every message body read, in order (a snapshot)."""
+        with self._lock:
+            return list(self._received)
+
+    @property
+    def kept(self) -> list[Received]:
+        """The received messages the server kept."""
+        return [r for r in self.received if r.kept]
+
+    @property
+    def connections_opened(self) -> int:
+        """Client connections served so far (counted at EHLO/HELO, which the controller's
+        own start-up probe never sends)."""
+        with self._lock:
+            return self._connections_opened
+
+    @property
+    def peak_open_connections(self) -> int:
+        """The most client connections that were open at the same time."""
+        with self._lock:
+            return self._peak_open
+
+    async def wait_for(
+        self,
+        condition: int | Callable[[list[Received]], bool],
+        # A deadline is part of every wait in a test, so it is built in (hence the noqa).
+        timeout: float = DEFAULT_WAIT_SECONDS,  # noqa: ASYNC109
+    ) -> list[Received]:
+        """Wait until `received` holds at least `condition` messages, or satisfies it; return
+        that snapshot. Raises TimeoutError after `timeout` seconds."""
+        if callable(condition):
+            satisfied = condition
+        else:
+            count = condition
+
+            def satisfied(received: list[Received]) -> bool:
+                return len(received) >= count
+
+        # Woken, not polling: each wait registers an event that the server thread sets
+        # through this loop's call_soon_threadsafe whenever it records a message. Unlike a
+        # threading.Condition waited on in a worker thread, nothing is left blocked in a
+        # thread when the wait is cancelled or times out. (asyncio-only, as the tests are.)
+        loop = asyncio.get_running_loop()
+        with anyio.fail_after(timeout):
+            while True:
+                changed = anyio.Event()
+                waker = (loop, changed)
+                with self._lock:
+                    snapshot = list(self._received)
+                    if satisfied(snapshot):
+                        return snapshot
+                    # Registered under the same lock as the check, so no wake-up is missed.
+                    self._wakers.append(waker)
+                try:
+                    await changed.wait()
+                finally:
+                    with self._lock:
+                        self._wakers.remove(waker)
+
+    # Called from the server thread
+
+    def _record(self, received: Received) -> None:
+        with self._lock:
+            self._received.append(received)
+            wakers = list(self._wakers)
+        for loop, event in wakers:
+            # RuntimeError: that test's loop has closed, so nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+    def _greet(self, session: Session) -> None:
+        with self._lock:
+            if session in self._greeted:
+                return
+            self._greeted.add(session)
+            self._connections_opened += 1
+            self._peak_open = max(self._peak_open, len(self._greeted))
+
+    def _closed(self, session: Session | None) -> None:
+        if session is not None:
+            with self._lock:
+                self._greeted.discard(session)
+
+    def _mail_fault(self) -> Planned:
+        with self._lock:
+            if self._mail_faults:
+                return self._mail_faults.popleft()
+            rate = self._random_rates.get(Fault.DROP_AT_MAIL, 0.0)
+            if rate and self._random.random() < rate:
+                return Fault.DROP_AT_MAIL
+            return Fault.ACCEPT
+
+    def _recipient_fault(self, recipient: str) -> Planned:
+        with self._lock:
+            queue = self._recipient_faults.get(recipient)
+            if queue:
+                return queue.popleft()
+            draw = self._random.random()
+            for fault, rate in self._random_rates.items():
+                if fault is Fault.DROP_AT_MAIL:
+                    continue
+                if draw < rate:
+                    return fault
+                draw -= rate
+            return Fault.ACCEPT
+
+
+class _Handler:
+    """aiosmtpd hooks: run in the server thread, one session task per connection."""
+
+    def __init__(self, server: SmtpServer) -> None:
+        self._server = server
+
+    async def handle_EHLO(
+        self, smtp: SMTP, session: Session, envelope: Envelope, hostname: str, responses: list[str]
+    ) -> list[str]:
+        session.host_name = hostname
+        self._server._greet(session)
+        return responses
+
+    async def handle_HELO(
+        self, smtp: SMTP, session: Session, envelope: Envelope, hostname: str
+    ) -> str:
+        session.host_name = hostname
+        self._server._greet(session)
+        return f"250 {SERVER_NAME}"
+
+    async def handle_MAIL(
+        self, smtp: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        if self._server._mail_fault() is Fault.DROP_AT_MAIL:
+            await _hang_up(smtp)
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 2.1.0 Ok"
+
+    async def handle_RCPT(
+        self, smtp: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        fault = self._server._recipient_fault(address)
+        if isinstance(fault, HoldAtRcpt):
+            fault.reached.set()
+            await asyncio.get_running_loop().run_in_executor(
+                None, fault.release.wait, HoldAtRcpt.MAX_HOLD_SECONDS
+            )
+            fault = Fault.ACCEPT
+        if fault is Fault.RCPT_4XX:
+            return REPLY_RCPT_4XX
+        if fault is Fault.RCPT_5XX:
+            return f"550 5.1.1 <{address}>: user unknown"
+        if fault is not Fault.ACCEPT:
+            self._server._data_faults.setdefault(envelope, fault)
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(options)
+        return "250 2.1.5 Ok"
+
+    async def handle_DATA(self, smtp: SMTP, session: Session, envelope: Envelope) -> str:
+        fault = self._server._data_faults.pop(envelope, Fault.ACCEPT)
+        accepted = f"250 2.0.0 Ok: queued as {uuid.uuid4().hex[:12].upper()}"
+        if fault is Fault.DATA_4XX:
+            reply, kept = REPLY_DATA_4XX, False
+        elif fault is Fault.DATA_5XX:
+            reply, kept = REPLY_DATA_5XX, False
+        elif fault is Fault.DROP_AFTER_DATA:
+            reply, kept = "", True
+        else:
+            reply, kept = accepted, True
+        content: bytes = envelope.original_content or b""
+        self._server._record(
+            Received(
+                message_id=_message_id(content),
+                sender=envelope.mail_from or "",
+                recipients=list(envelope.rcpt_tos),
+                content=content,
+                received_at=time.time(),
+                reply=reply,
+                kept=kept,
+            )
+        )
+        if fault is Fault.DROP_AFTER_DATA:
+            await _hang_up(smtp)
+        if isinstance(fault, SlowData):
+            await asyncio.sleep(fault.seconds)
+        elif fault is Fault.SLOW_DATA:
+            await asyncio.sleep(self._server.slow_data_seconds)
+        return reply
+
+
+class _SessionSMTP(SMTP):
+    """aiosmtpd's protocol, telling the server when a connection ends."""
+
+    def __init__(self, server: SmtpServer, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._server = server
+
+    def connection_lost(self, error: Exception | None) -> None:
+        session = self.session
+        super().connection_lost(error)
+        self._server._closed(session)
+
+
+class _Controller(Controller):
+    def __init__(self, server: SmtpServer, handler: _Handler, **kwargs: Any) -> None:
+        super().__init__(handler, server_hostname=SERVER_NAME, **kwargs)
+        self._server = server
+
+    def factory(self) -> SMTP:
+        return _SessionSMTP(self._server, self.handler, **self.SMTP_kwargs)
+
+
+async def _hang_up(smtp: SMTP) -> None:
+    """Close the connection without a reply, and never return.
+
+    The session task is cancelled by aiosmtpd as soon as it sees the connection go, which
+    ends this wait; returning a reply instead would have aiosmtpd write to a closed
+    transport and die with an exception nobody retrieves.
+    """
+    if smtp.transport is not None:
+        smtp.transport.close()
+    await asyncio.get_running_loop().create_future()
+
+
+def _message_id(content: bytes) -> str:
+    headers = BytesHeaderParser().parsebytes(content)
+    return str(headers.get("Message-ID", "")).strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port

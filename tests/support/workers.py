@@ -1,0 +1,84 @@
+"""Run real Worker instances inside a test, against a real database and SMTP server."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from notifier.config import SmtpSettings, WorkerSettings
+from notifier.database import create_pool
+from notifier.mailer import SmtpTransport, Transport
+from notifier.messages import Templates
+from notifier.signals import Signals
+from notifier.tokens import TokenKeys
+from notifier.worker import Worker
+
+PUBLIC_URL = "http://verify.test"
+MAIL_FROM = "noreply@notifier.test"
+
+# Fast, deterministic defaults: no jitter, sub-second retries, a sweep slow enough that a
+# test of notifications is not rescued by it.
+TEST_WORKER_SETTINGS = WorkerSettings(
+    sweep_interval=60.0,
+    lease_seconds=10.0,
+    concurrency=8,
+    retry_base=0.05,
+    retry_factor=2.0,
+    retry_ceiling=0.2,
+    retry_jitter=0.0,
+    shutdown_grace=5.0,
+    listener_check_interval=0.5,
+    listener_check_timeout=1.0,
+)
+
+
+def worker_settings(**overrides: Any) -> WorkerSettings:
+    return dataclasses.replace(TEST_WORKER_SETTINGS, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    database_url: str,
+    keys: TokenKeys,
+    smtp: SmtpSettings | None = None,
+    *,
+    transport: Transport | None = None,
+    name: str = "w1",
+    signals: Signals | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Worker]:
+    """A started worker (listening, in notify mode) that is stopped cleanly on exit."""
+    pool = await create_pool(database_url)
+    transport = transport or SmtpTransport(smtp or SmtpSettings())
+    worker = Worker(
+        pool=pool,
+        database_url=database_url,
+        settings=worker_settings(**overrides),
+        transport=transport,
+        templates=Templates.load(None),
+        keys=keys,
+        mail_from=MAIL_FROM,
+        public_url=PUBLIC_URL,
+        owner=f"test:{name}",
+        signals=signals or Signals(),
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(10):
+                await tg.start(worker.run)
+                # The start-up sweep has run, so what a test enqueues next is found by the
+                # path the test means (a notification, the poll), not by that first sweep.
+                await worker.signals.wait_for(
+                    lambda s: any(e.data.get("owner") == worker.owner for e in s.of("swept"))
+                )
+            try:
+                yield worker
+            finally:
+                worker.stop()
+    finally:
+        await transport.aclose()
+        await pool.close()
