@@ -21,6 +21,7 @@ from tests.support.deliveries import (
     attempts_of,
     enqueue,
     enqueue_many,
+    expire_lease,
     expire_verification,
     outbox_row,
 )
@@ -382,3 +383,55 @@ async def test_shutdown_past_its_grace_releases_unsent_rows_uncounted(
         await db.fetchval("SELECT count(*) FROM notifier.email_outbox WHERE status = 'sending'")
         == 0
     )
+
+
+async def test_worker_that_lost_its_lease_before_the_body_abandons_the_send(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    hold = HoldAtRcpt()
+    smtp_server.plan("lost@example.com", hold)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "lost@example.com")
+        await hold.wait_reached()
+        await expire_lease(db, enqueued.outbox_id)  # as if the worker had stalled that long
+        hold.release.set()
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for(
+                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            )
+    attempts = await attempts_of(db, enqueued.outbox_id)
+    # The first attempt stopped at the pre-DATA check; only the retry's body went out.
+    assert [(a["attempt"], a["outcome"], a["body_sent"]) for a in attempts] == [
+        (1, "lease_lost", False),
+        (2, "sent", True),
+    ]
+    assert len(smtp_server.received) == 1
+
+
+async def test_stale_worker_completion_changes_nothing_and_is_recorded(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("twice@example.com", SlowData(1.5))
+    smtp = smtp_server.settings(data_timeout=10.0)
+    shared = Signals()
+    async with running_worker(database_url, keys, smtp, name="a", signals=shared) as a:
+        enqueued = await enqueue(db, keys, "twice@example.com")
+        with anyio.fail_after(WAIT):
+            await smtp_server.wait_for(1)  # a's body is out; its reply is slow
+        await expire_lease(db, enqueued.outbox_id)
+        async with running_worker(
+            database_url, keys, smtp, name="b", signals=shared, sweep_interval=0.05
+        ) as b:
+            with anyio.fail_after(WAIT):
+                await shared.wait_for(
+                    lambda s: bool(s.of("stale_completion")) and bool(s.of("completed"))
+                )
+    [stale] = shared.of("stale_completion")
+    [done] = shared.of("completed")
+    assert (stale.data["outcome"], done.data["owner"]) == ("sent", b.owner)
+    attempts = await attempts_of(db, enqueued.outbox_id)
+    assert sorted((r["lease_owner"], r["outcome"], r["lease_held"]) for r in attempts) == sorted(
+        [(a.owner, "lease_expired", True), (b.owner, "sent", True), (a.owner, "sent", False)]
+    )
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"]) == ("sent", 2)
