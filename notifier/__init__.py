@@ -1,3 +1,26 @@
 """notifier: email-verification delivery over a PostgreSQL outbox, woken by LISTEN/NOTIFY."""
 
+from notifier.verifications import (
+    IdempotencyConflict,
+    InvalidRequest,
+    Policy,
+    RequestError,
+    Suppressed,
+    Throttled,
+    VerificationResult,
+    request_verification,
+)
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "IdempotencyConflict",
+    "InvalidRequest",
+    "Policy",
+    "RequestError",
+    "Suppressed",
+    "Throttled",
+    "VerificationResult",
+    "__version__",
+    "request_verification",
+]

@@ -336,3 +336,54 @@ def _secret_list(raw: str) -> tuple[str, ...]:
     if any(len(s) < MIN_SECRET_LENGTH for s in secrets):
         raise ValueError(f"each secret must be at least {MIN_SECRET_LENGTH} characters")
     return secrets
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """Limits on verification requests."""
+
+    # NOTIFIER_IDEMPOTENCY_TTL: seconds an Idempotency-Key is remembered (then reusable).
+    idempotency_ttl: float = 86400.0
+    # NOTIFIER_RESEND_LIMIT: requests allowed per user and per address within
+    # NOTIFIER_RESEND_WINDOW seconds; beyond it, 429 with Retry-After.
+    resend_limit: int = 5
+    resend_window: float = 3600.0
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> RequestSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            idempotency_ttl=_read(
+                env, "NOTIFIER_IDEMPOTENCY_TTL", _seconds(60, 30 * 86400), d.idempotency_ttl
+            ),
+            resend_limit=_read(
+                env, "NOTIFIER_RESEND_LIMIT", _integer(1, 1_000_000), d.resend_limit
+            ),
+            resend_window=_read(
+                env, "NOTIFIER_RESEND_WINDOW", _seconds(1, 30 * 86400), d.resend_window
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """Where the HTTP API listens, and what it accepts."""
+
+    # NOTIFIER_API_HOST / NOTIFIER_API_PORT: the address `notifier api` binds.
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # NOTIFIER_MAX_BODY_BYTES: larger request bodies are refused with 413.
+    max_body_bytes: int = 16 * 1024
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> ApiSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            host=_read(env, "NOTIFIER_API_HOST", _text, d.host),
+            port=_read(env, "NOTIFIER_API_PORT", _integer(1, 65535), d.port),
+            max_body_bytes=_read(
+                env, "NOTIFIER_MAX_BODY_BYTES", _integer(256, 1024 * 1024), d.max_body_bytes
+            ),
+        )

@@ -21,15 +21,63 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 -- $1: version, $2: name, $3: checksum.
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
+-- name: lock_request
+-- $1: idempotency key (or NULL), $2: user id, $3: email. Serialises requests that could
+-- race on one key, one user's throttle or one address's throttle, until this transaction
+-- ends. Always taken in this order (key, user, address), so two requests cannot deadlock;
+-- a NULL key takes no lock (the function is strict).
+SELECT pg_advisory_xact_lock(hashtextextended('notifier.idempotency:' || $1, 0)),
+       pg_advisory_xact_lock(hashtextextended('notifier.user:' || $2, 0)),
+       pg_advisory_xact_lock(hashtextextended('notifier.email:' || $3, 0));
+
+-- name: forget_expired_idempotency_key
+-- $1: idempotency key, $2: key lifetime (seconds). An expired key may be used again.
+UPDATE notifier.verifications
+SET idempotency_key = NULL, request_fingerprint = NULL
+WHERE idempotency_key = $1 AND created_at <= now() - make_interval(secs => $2);
+
+-- name: find_by_idempotency_key
+-- $1: idempotency key. The request that key already produced, with its delivery status.
+SELECT v.id, v.request_fingerprint, v.expires_at, o.status
+FROM notifier.verifications v
+JOIN notifier.email_outbox o ON o.verification_id = v.id
+WHERE v.idempotency_key = $1;
+
+-- name: suppression_of
+-- $1: email. Why the address is suppressed, or no row.
+SELECT reason, suppressed_at FROM notifier.suppressed_addresses WHERE email = $1;
+
+-- name: throttle_retry_after
+-- $1: user id, $2: email, $3: window (seconds), $4: limit. Seconds until one more request
+-- for this user or address fits in the window; NULL when it fits now.
+WITH recent AS (
+    SELECT created_at, user_id = $1 AS same_user, email = $2 AS same_email
+    FROM notifier.verifications
+    WHERE (user_id = $1 OR email = $2)
+      AND created_at > now() - make_interval(secs => $3)
+), per_key AS (
+    -- For each key over the limit, the request that must age out before another fits.
+    SELECT (array_agg(created_at ORDER BY created_at DESC))[$4] AS blocking
+    FROM recent WHERE same_user HAVING count(*) >= $4
+    UNION ALL
+    SELECT (array_agg(created_at ORDER BY created_at DESC))[$4]
+    FROM recent WHERE same_email HAVING count(*) >= $4
+)
+SELECT ceil(extract(epoch FROM max(blocking) + make_interval(secs => $3) - now()))::integer
+FROM per_key;
+
 -- name: insert_verification
 -- $1: verification id, $2: user id, $3: email, $4: purpose, $5: token key id, $6: token nonce,
 -- $7: token hash, $8: lifetime (seconds), $9: Message-ID, $10: max attempts,
--- $11: traceparent, $12: tracestate. One statement, so the library call costs one round trip
--- inside the caller's transaction; the outbox insert fires the NOTIFY trigger.
+-- $11: traceparent, $12: tracestate, $13: idempotency key, $14: request fingerprint.
+-- One statement, so a request costs one round trip inside the caller's transaction; the
+-- outbox insert fires the NOTIFY trigger. No row back: another request took the key first.
 WITH verification AS (
     INSERT INTO notifier.verifications
-        (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))
+        (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at,
+         idempotency_key, request_fingerprint)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, expires_at, created_at
 ), outbox AS (
     INSERT INTO notifier.email_outbox
@@ -39,6 +87,79 @@ WITH verification AS (
 )
 SELECT v.id, v.expires_at, v.created_at, o.id AS outbox_id
 FROM verification v JOIN outbox o ON o.verification_id = v.id;
+
+-- name: supersede_earlier
+-- $1: user id, $2: email, $3: purpose, $4: the new verification's id. Earlier unverified
+-- verifications for the same recipient stop working, and their unsent deliveries are
+-- settled now rather than sent (one already in flight is stopped by its pre-DATA check).
+WITH superseded AS (
+    UPDATE notifier.verifications
+    SET superseded_at = now()
+    WHERE user_id = $1 AND email = $2 AND purpose = $3 AND id <> $4
+      AND verified_at IS NULL AND superseded_at IS NULL
+    RETURNING id
+)
+UPDATE notifier.email_outbox o
+SET status = 'expired', last_outcome = 'superseded', completed_at = now(), updated_at = now(),
+    last_error = 'a newer verification replaced this one before it was sent'
+FROM superseded s
+WHERE o.verification_id = s.id AND o.status = 'pending';
+
+-- name: confirm_token
+-- $1: token hash. Marks the verification verified if the token is live; returns its state
+-- either way (no row: no such token).
+WITH confirmed AS (
+    UPDATE notifier.verifications
+    SET verified_at = now()
+    WHERE token_hash = $1 AND verified_at IS NULL AND superseded_at IS NULL
+      AND expires_at > now()
+    RETURNING id, token_hash, verified_at
+)
+SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose,
+       coalesce(c.verified_at, v.verified_at) AS verified_at,
+       v.superseded_at, v.expires_at, v.expires_at <= now() AS expired,
+       c.id IS NOT NULL AS confirmed_now
+FROM notifier.verifications v
+LEFT JOIN confirmed c ON c.id = v.id
+WHERE v.token_hash = $1;
+
+-- name: token_state
+-- $1: token hash. What a link would do, changing nothing (GET must never confirm).
+SELECT id, token_hash, user_id, email, purpose, verified_at, superseded_at, expires_at,
+       expires_at <= now() AS expired, false AS confirmed_now
+FROM notifier.verifications
+WHERE token_hash = $1;
+
+-- name: verification_status
+-- $1: verification id. Delivery status and verification state, for GET /v1/verifications/{id}.
+SELECT v.id, v.email, v.purpose, v.created_at, v.expires_at, v.verified_at, v.superseded_at,
+       o.status, o.attempts, o.max_attempts, o.next_attempt_at, o.last_outcome, o.last_error,
+       o.completed_at, o.message_id
+FROM notifier.verifications v
+JOIN notifier.email_outbox o ON o.verification_id = v.id
+WHERE v.id = $1;
+
+-- name: verification_attempts
+-- $1: verification id. The attempt timeline, oldest first.
+SELECT a.attempt, a.lease_owner, a.discovered_by, a.outcome, a.smtp_code, a.detail,
+       a.provider_message_id, a.body_sent, a.lease_held, a.duration_ms, a.finished_at
+FROM notifier.delivery_attempts a
+JOIN notifier.email_outbox o ON o.id = a.outbox_id
+WHERE o.verification_id = $1
+ORDER BY a.id;
+
+-- name: suppressions
+-- No parameters. Every suppressed address, newest first.
+SELECT email, reason, smtp_code, suppressed_at FROM notifier.suppressed_addresses
+ORDER BY suppressed_at DESC;
+
+-- name: clear_suppression
+-- $1: email. Returns the address if it was suppressed.
+DELETE FROM notifier.suppressed_addresses WHERE email = $1 RETURNING email;
+
+-- name: ready
+-- No parameters. The database answers.
+SELECT 1;
 
 -- name: claim_by_ids
 -- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
@@ -173,6 +294,15 @@ WITH input AS (
     FROM decided d
     WHERE o.id = d.id
     RETURNING o.id, o.status, o.next_attempt_at
+), suppressed AS (
+    -- A permanent refusal from the server (5xx) suppresses the address for new requests.
+    INSERT INTO notifier.suppressed_addresses (email, reason, smtp_code, outbox_id)
+    SELECT v.email, coalesce(d.detail, 'permanent failure'), d.smtp_code, d.id
+    FROM decided d
+    JOIN notifier.email_outbox o ON o.id = d.id
+    JOIN notifier.verifications v ON v.id = o.verification_id
+    WHERE d.outcome = 'permanent' AND d.smtp_code BETWEEN 500 AND 599
+    ON CONFLICT (email) DO NOTHING
 ), recorded AS (
     INSERT INTO notifier.delivery_attempts
         (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, smtp_code,

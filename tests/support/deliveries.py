@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from notifier.tokens import TokenKeys
-from notifier.verifications import Enqueued, insert_verification
+from notifier.verifications import Policy, request_verification
 
 MESSAGE_DOMAIN = "notifier.test"
+
+
+def policy_for_tests(keys: TokenKeys, **overrides: Any) -> Policy:
+    """A request policy for tests: throttling out of the way unless a test asks for it."""
+    defaults: dict[str, Any] = {
+        "ttl_seconds": 3600.0,
+        "max_attempts": 5,
+        "message_id_domain": MESSAGE_DOMAIN,
+        "resend_limit": 1_000_000,
+    }
+    return Policy(keys=keys, **{**defaults, **overrides})
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A verification written through request_verification, with its outbox row's id."""
+
+    id: uuid.UUID
+    outbox_id: int
+    expires_at: datetime
 
 
 async def enqueue(
@@ -15,21 +38,22 @@ async def enqueue(
     keys: TokenKeys,
     email: str = "someone@example.com",
     *,
-    user_id: str = "user-1",
+    user_id: str | None = None,
     purpose: str = "signup",
     ttl_seconds: float = 3600,
     max_attempts: int = 5,
 ) -> Enqueued:
-    return await insert_verification(
+    result = await request_verification(
         conn,
-        keys=keys,
-        user_id=user_id,
+        user_id=user_id or f"user-{email}",
         email=email,
         purpose=purpose,
-        ttl_seconds=ttl_seconds,
-        max_attempts=max_attempts,
-        message_id_domain=MESSAGE_DOMAIN,
+        policy=policy_for_tests(keys, ttl_seconds=ttl_seconds, max_attempts=max_attempts),
     )
+    outbox_id = await conn.fetchval(
+        "SELECT id FROM notifier.email_outbox WHERE verification_id = $1", result.id
+    )
+    return Enqueued(result.id, outbox_id, result.expires_at)
 
 
 async def enqueue_many(

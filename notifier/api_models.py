@@ -1,0 +1,102 @@
+"""The HTTP API's request and response shapes; FastAPI builds /openapi.json from these."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from notifier.verifications import USER_ID_MAX_CHARS
+
+EMAIL_MAX_CHARS = 254
+TOKEN_MAX_CHARS = 128
+
+
+class Strict(BaseModel):
+    # Unknown fields are an error, not silently dropped: a typo must not pass as a request.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class VerificationIn(Strict):
+    user_id: str = Field(min_length=1, max_length=USER_ID_MAX_CHARS, examples=["user-42"])
+    email: str = Field(min_length=3, max_length=EMAIL_MAX_CHARS, examples=["ada@example.com"])
+    purpose: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z][a-z0-9_.-]{0,63}$",
+        examples=["signup"],
+    )
+
+
+DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired"]
+
+
+class VerificationAccepted(BaseModel):
+    id: uuid.UUID
+    status: DeliveryStatus
+    expires_at: datetime
+
+
+class VerificationStatus(BaseModel):
+    id: uuid.UUID
+    status: DeliveryStatus
+    purpose: str
+    email: str = Field(description="The recipient, redacted.")
+    attempts: int
+    max_attempts: int
+    verified: bool
+    verified_at: datetime | None
+    superseded: bool
+    created_at: datetime
+    expires_at: datetime
+    next_attempt_at: datetime | None = Field(description="When a pending delivery is next tried.")
+    completed_at: datetime | None
+    last_outcome: str | None
+    last_error: str | None = Field(description="Why the last attempt failed; safe to show.")
+
+
+class Attempt(BaseModel):
+    attempt: int
+    claimed_by: str
+    discovered_by: str | None
+    outcome: str
+    smtp_code: int | None
+    detail: str | None
+    provider_message_id: str | None
+    body_sent: bool
+    lease_held: bool
+    duration_ms: float | None
+    finished_at: datetime
+
+
+class Attempts(BaseModel):
+    verification_id: uuid.UUID
+    attempts: list[Attempt]
+
+
+class ConfirmIn(Strict):
+    token: str = Field(min_length=1, max_length=TOKEN_MAX_CHARS)
+
+
+class ConfirmOut(BaseModel):
+    outcome: Literal["verified", "already_verified", "expired", "invalid"]
+    verification_id: uuid.UUID | None = None
+    message: str
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    fields: list[str] = []
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: Literal["ok", "ready", "unavailable"]
+    detail: str | None = None

@@ -1,0 +1,345 @@
+"""The HTTP API against a real database: requests, idempotency, throttling, confirmation."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import asyncpg
+import httpx
+import pytest
+
+from notifier.api import create_app
+from notifier.tokens import TokenKeys
+from tests.support.deliveries import expire_verification, policy_for_tests
+
+pytestmark = pytest.mark.anyio
+
+BODY = {"user_id": "user-1", "email": "Ada@Example.COM", "purpose": "signup"}
+
+
+@pytest.fixture
+def policy_overrides() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+async def client(
+    pool: asyncpg.Pool, database_url: str, keys: TokenKeys, policy_overrides: dict[str, Any]
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(database_url, policy_for_tests(keys, **policy_overrides), pool=pool)
+    app.state.pool = pool
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        yield client
+
+
+async def post(
+    client: httpx.AsyncClient, body: Any = BODY, key: str | None = "key-1", **kwargs: Any
+) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    return await client.post("/v1/verifications", json=body, headers=headers, **kwargs)
+
+
+async def counts(db: asyncpg.Connection) -> tuple[int, int]:
+    return (
+        await db.fetchval("SELECT count(*) FROM notifier.verifications"),
+        await db.fetchval("SELECT count(*) FROM notifier.email_outbox"),
+    )
+
+
+async def token_for(db: asyncpg.Connection, keys: TokenKeys, verification_id: str) -> str:
+    row = await db.fetchrow(
+        "SELECT id, token_key_id, token_nonce FROM notifier.verifications WHERE id = $1",
+        uuid.UUID(verification_id),
+    )
+    return keys.derive(row["token_key_id"], row["id"], bytes(row["token_nonce"]))
+
+
+async def test_request_writes_a_verification_and_its_outbox_row_and_answers_202(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    response = await post(client)
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["status"] == "pending" and set(body) == {"id", "status", "expires_at"}
+    row = await db.fetchrow(
+        """SELECT v.email, o.status FROM notifier.verifications v
+           JOIN notifier.email_outbox o ON o.verification_id = v.id WHERE v.id = $1""",
+        uuid.UUID(body["id"]),
+    )
+    assert (row["email"], row["status"]) == ("Ada@example.com", "pending")
+
+
+async def test_same_key_and_body_return_the_original_result_without_a_second_row(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    first = await post(client)
+    second = await post(client)
+    assert second.status_code == 202
+    assert second.json() == first.json()
+    assert second.headers["Idempotent-Replayed"] == "true"
+    assert await counts(db) == (1, 1)
+
+
+async def test_same_key_with_a_different_body_is_a_conflict(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await post(client)
+    response = await post(client, {**BODY, "email": "other@example.com"})
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "idempotency_conflict"
+    assert await counts(db) == (1, 1)
+
+
+async def test_concurrent_requests_with_one_key_write_one_row(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    statuses: list[int] = []
+
+    async def send() -> None:
+        statuses.append((await post(client, key="shared")).status_code)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(send)
+    assert statuses == [202] * 6
+    assert await counts(db) == (1, 1)
+
+
+@pytest.mark.parametrize("policy_overrides", [{"idempotency_ttl": 60.0}])
+async def test_an_expired_idempotency_key_can_be_used_again(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    first = (await post(client)).json()
+    await db.execute("UPDATE notifier.verifications SET created_at = now() - interval '61 seconds'")
+    second = await post(client)
+    assert second.status_code == 202 and second.json()["id"] != first["id"]
+    assert await counts(db) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**BODY, "email": "not-an-address"}, "email"),
+        ({**BODY, "email": "a" * 250 + "@example.com"}, "email"),
+        ({**BODY, "email": "ada@example.com\r\nBcc: all@example.com"}, "email"),
+        ({**BODY, "user_id": "u\r\nX-Injected: 1"}, "user_id"),
+        ({**BODY, "user_id": ""}, "user_id"),
+        ({**BODY, "user_id": 42}, "user_id"),
+        ({**BODY, "purpose": "Sign Up\n"}, "purpose"),
+        ({**BODY, "extra": "field"}, "extra"),
+        ({"user_id": "u"}, "email"),
+        ([1, 2, 3], ""),
+    ],
+)
+async def test_bad_input_gets_a_clear_error_and_stores_nothing(
+    client: httpx.AsyncClient, db: asyncpg.Connection, body: Any, field: str
+) -> None:
+    response = await post(client, body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert field in error["message"]
+    assert await counts(db) == (0, 0)
+
+
+async def test_missing_idempotency_key_is_a_clear_error(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    response = await post(client, key=None)
+    assert response.status_code == 422
+    assert "Idempotency-Key" in response.json()["error"]["message"]
+    assert await counts(db) == (0, 0)
+
+
+async def test_wrong_content_type_is_refused(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    response = await client.post(
+        "/v1/verifications",
+        content="user_id=u&email=a@example.com",
+        headers={"Idempotency-Key": "k", "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 415
+    assert await counts(db) == (0, 0)
+
+
+async def test_malformed_json_is_a_clear_error(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    response = await client.post(
+        "/v1/verifications",
+        content=b'{"user_id": "u", ',
+        headers={"Idempotency-Key": "k", "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert await counts(db) == (0, 0)
+
+
+async def test_oversized_body_is_refused(client: httpx.AsyncClient, db: asyncpg.Connection) -> None:
+    response = await post(client, {**BODY, "user_id": "x" * 100_000})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "body_too_large"
+    assert await counts(db) == (0, 0)
+
+
+async def test_a_new_request_supersedes_the_earlier_unverified_one(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    first = (await post(client, key="k1")).json()
+    old_token = await token_for(db, keys, first["id"])
+    second = (await post(client, key="k2")).json()
+    status = (await client.get(f"/v1/verifications/{first['id']}")).json()
+    assert (status["status"], status["superseded"], status["last_outcome"]) == (
+        "expired",
+        True,
+        "superseded",
+    )
+    confirmed = await client.post("/v1/verifications/confirm", json={"token": old_token})
+    assert confirmed.json()["outcome"] == "invalid"
+    assert (await client.get(f"/v1/verifications/{second['id']}")).json()["status"] == "pending"
+
+
+@pytest.mark.parametrize("policy_overrides", [{"resend_limit": 2, "resend_window": 3600.0}])
+async def test_requests_beyond_the_limit_per_user_get_429_with_retry_after(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    for n in range(2):
+        body = {**BODY, "email": f"a{n}@example.com"}
+        assert (await post(client, body, key=f"k{n}")).status_code == 202
+    response = await post(client, {**BODY, "email": "a9@example.com"}, key="k9")
+    assert response.status_code == 429
+    assert 3500 < int(response.headers["Retry-After"]) <= 3600
+    assert await counts(db) == (2, 2)
+
+
+@pytest.mark.parametrize("policy_overrides", [{"resend_limit": 2, "resend_window": 3600.0}])
+async def test_requests_beyond_the_limit_per_address_get_429(
+    client: httpx.AsyncClient,
+) -> None:
+    for n in range(2):
+        assert (await post(client, {**BODY, "user_id": f"u{n}"}, key=f"k{n}")).status_code == 202
+    response = await post(client, {**BODY, "user_id": "u9"}, key="k9")
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "throttled"
+
+
+async def test_a_suppressed_address_gets_a_clear_error(
+    client: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await db.execute(
+        "INSERT INTO notifier.suppressed_addresses (email, reason) VALUES ($1, '550 gone')",
+        "Ada@example.com",
+    )
+    response = await post(client)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "email_suppressed"
+    assert await counts(db) == (0, 0)
+
+
+async def test_status_shows_delivery_state_with_the_email_redacted_and_no_token(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    response = await client.get(f"/v1/verifications/{created['id']}")
+    body = response.json()
+    assert (body["status"], body["verified"], body["attempts"]) == ("pending", False, 0)
+    assert body["email"] == "A***@example.com"
+    assert token not in response.text and token.partition(".")[2] not in response.text
+
+
+async def test_unknown_verification_is_404(client: httpx.AsyncClient) -> None:
+    response = await client.get(f"/v1/verifications/{uuid.uuid4()}")
+    assert response.status_code == 404
+    assert (await client.get(f"/v1/verifications/{uuid.uuid4()}/attempts")).status_code == 404
+
+
+async def test_malformed_verification_id_is_a_clear_error(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/v1/verifications/not-a-uuid")).status_code == 422
+
+
+async def test_confirming_a_live_token_verifies_once(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    first = await client.post("/v1/verifications/confirm", json={"token": token})
+    second = await client.post("/v1/verifications/confirm", json={"token": token})
+    assert (first.status_code, first.json()["outcome"]) == (200, "verified")
+    assert (second.status_code, second.json()["outcome"]) == (200, "already_verified")
+    assert (await client.get(f"/v1/verifications/{created['id']}")).json()["verified"] is True
+
+
+async def test_confirming_an_expired_token_is_410(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    outbox_id = await db.fetchval("SELECT id FROM notifier.email_outbox")
+    await expire_verification(db, outbox_id)
+    response = await client.post("/v1/verifications/confirm", json={"token": token})
+    assert (response.status_code, response.json()["outcome"]) == (410, "expired")
+
+
+@pytest.mark.parametrize("token", ["garbage", "0123abcd." + "A" * 43, "x" * 100])
+async def test_confirming_an_unknown_or_malformed_token_is_400(
+    client: httpx.AsyncClient, token: str
+) -> None:
+    response = await client.post("/v1/verifications/confirm", json={"token": token})
+    assert (response.status_code, response.json()["outcome"]) == (400, "invalid")
+
+
+async def test_opening_the_link_changes_nothing_until_confirm_is_pressed(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    page = await client.get("/verify", params={"token": token})
+    assert page.status_code == 200 and "Confirm" in page.text
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert await db.fetchval("SELECT verified_at FROM notifier.verifications") is None
+    done = await client.post("/verify", data={"token": token})
+    assert "data-outcome=verified" in done.text
+    assert await db.fetchval("SELECT verified_at FROM notifier.verifications") is not None
+
+
+async def test_expired_link_page_offers_one_fresh_link(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    await expire_verification(db, await db.fetchval("SELECT id FROM notifier.email_outbox"))
+    page = await client.get("/verify", params={"token": token})
+    assert page.status_code == 410 and "data-outcome=expired" in page.text
+    first = await client.post("/verify/resend", data={"token": token})
+    again = await client.post("/verify/resend", data={"token": token})
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert await counts(db) == (2, 2)
+
+
+async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok", "detail": None}
+    assert (await client.get("/readyz")).json()["status"] == "ready"
+
+
+async def test_readiness_fails_while_migrations_are_pending(
+    empty_database_url: str, keys: TokenKeys
+) -> None:
+    from notifier.database import create_pool
+
+    pool = await create_pool(empty_database_url)
+    try:
+        app = create_app(empty_database_url, policy_for_tests(keys), pool=pool)
+        app.state.pool = pool
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api.test"
+        ) as client:
+            response = await client.get("/readyz")
+    finally:
+        await pool.close()
+    assert response.status_code == 503
+    assert response.json()["detail"] == "migrations pending"
