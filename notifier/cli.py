@@ -53,6 +53,56 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_api(args: argparse.Namespace) -> int:
+    from notifier.config import ApiSettings
+    from notifier.runner import run_api
+    from notifier.verifications import Policy
+
+    policy, settings = Policy.from_env(), ApiSettings.from_env()
+    with database_url(DatabaseSettings.from_env()) as url:
+        anyio.run(run_api, url, policy, settings, backend="asyncio")
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from notifier.dev import run_dev
+
+    settings = DatabaseSettings.from_env()
+    with database_url(settings) as url:
+        shown = "NOTIFIER_DATABASE_URL" if settings.url else f"embedded in {settings.data_dir}/"
+        anyio.run(run_dev, url, shown, backend="asyncio")
+    return 0
+
+
+async def _suppressions(url: str, clear: str | None) -> int:
+    from notifier.queries import sql
+    from notifier.verifications import normalize_email
+
+    conn = await connect(url)
+    try:
+        if clear is not None:
+            address = normalize_email(clear)
+            if await conn.fetchval(sql("clear_suppression"), address) is None:
+                print(f"{address} was not suppressed")
+                return 1
+            print(f"cleared {address}: requests for it are accepted again")
+            return 0
+        rows = await conn.fetch(sql("suppressions"))
+        for row in rows:
+            print(f"{row['email']}\t{row['suppressed_at']:%Y-%m-%d %H:%M}\t{row['reason']}")
+        if not rows:
+            print("no suppressed addresses")
+        return 0
+    finally:
+        await conn.close()
+
+
+def cmd_suppressions(args: argparse.Namespace) -> int:
+    clear = args.address if args.action == "clear" else None
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_suppressions, url, clear, backend="asyncio")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
@@ -72,6 +122,21 @@ def build_parser() -> argparse.ArgumentParser:
         "worker", help="deliver verification emails until SIGTERM (settings: NOTIFIER_*)"
     )
     worker.set_defaults(handler=cmd_worker)
+
+    api = commands.add_parser("api", help="serve the HTTP API (NOTIFIER_API_HOST/PORT)")
+    api.set_defaults(handler=cmd_api)
+
+    dev = commands.add_parser(
+        "dev", help="everything in one process: embedded database, API, worker, dev inbox"
+    )
+    dev.set_defaults(handler=cmd_dev)
+
+    suppressions = commands.add_parser(
+        "suppressions", help="list addresses suppressed after a permanent failure, or clear one"
+    )
+    suppressions.add_argument("action", choices=["list", "clear"])
+    suppressions.add_argument("address", nargs="?", help="the address to clear")
+    suppressions.set_defaults(handler=cmd_suppressions)
     return parser
 
 

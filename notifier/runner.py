@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
+import uvicorn
 
 from notifier import migrations
-from notifier.config import SmtpSettings, TokenSettings, WorkerSettings
+from notifier.api import create_app
+from notifier.config import ApiSettings, SmtpSettings, TokenSettings, WorkerSettings
 from notifier.database import connect, create_pool
-from notifier.errors import MigrationError
-from notifier.mailer import transport_from_settings
+from notifier.errors import ConfigError, MigrationError
+from notifier.mailer import Transport, transport_from_settings
 from notifier.messages import Templates
 from notifier.signals import Signals
 from notifier.tokens import TokenKeys
+from notifier.verifications import Policy
 from notifier.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -54,25 +61,31 @@ async def require_current_schema(url: str) -> None:
         raise MigrationError(f"the database lacks migrations {names}: run `notifier migrate` first")
 
 
+def build_worker(
+    url: str, pool: Any, config: WorkerConfig, transport: Transport, signals: Signals | None = None
+) -> Worker:
+    return Worker(
+        pool=pool,
+        database_url=url,
+        settings=config.worker,
+        transport=transport,
+        templates=config.templates,
+        keys=TokenKeys(config.tokens.secrets),
+        mail_from=config.smtp.mail_from,
+        public_url=config.tokens.public_url,
+        signals=signals,
+    )
+
+
 async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = None) -> None:
     """Run one worker until SIGTERM or SIGINT; a second signal exits at once."""
     await require_current_schema(url)
     pool = await create_pool(url)
     transport = transport_from_settings(config.worker.transport, config.smtp)
     try:
-        worker = Worker(
-            pool=pool,
-            database_url=url,
-            settings=config.worker,
-            transport=transport,
-            templates=config.templates,
-            keys=TokenKeys(config.tokens.secrets),
-            mail_from=config.smtp.mail_from,
-            public_url=config.tokens.public_url,
-            signals=signals,
-        )
+        worker = build_worker(url, pool, config, transport, signals)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, worker)
+            tg.start_soon(stop_on_signals, [worker.stop])
             await worker.run()
             tg.cancel_scope.cancel()
     finally:
@@ -81,14 +94,64 @@ async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = N
             await pool.close()
 
 
-async def stop_on_signals(worker: Worker) -> None:
+class QuietServer(uvicorn.Server):
+    """uvicorn without signal handlers of its own: notifier's signal watcher stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def stop(self) -> None:
+        self.should_exit = True
+
+
+def http_server(app: Any, settings: ApiSettings) -> QuietServer:
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        # uvicorn's access log would print /verify?token=... : links must never reach logs.
+        access_log=False,
+        server_header=False,
+        lifespan="on",
+    )
+    return QuietServer(config)
+
+
+def listen(settings: ApiSettings) -> socket.socket:
+    """The API's listening socket, bound before serving so a taken port is a clear error."""
+    try:
+        return socket.create_server((settings.host, settings.port), backlog=2048)
+    except OSError as exc:
+        raise ConfigError(
+            "NOTIFIER_API_PORT", f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
+        ) from exc
+
+
+async def run_api(url: str, policy: Policy, settings: ApiSettings) -> None:
+    """Serve the HTTP API until SIGTERM or SIGINT."""
+    await require_current_schema(url)
+    sock = listen(settings)
+    server = http_server(create_app(url, policy, max_body_bytes=settings.max_body_bytes), settings)
+    log.info("API listening on http://%s:%d", settings.host, settings.port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signals, [server.stop])
+        await server.serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+
+
+async def stop_on_signals(stoppers: list[Callable[[], None]]) -> None:
+    """First SIGTERM/SIGINT: stop gracefully. Second: exit at once (leases then expire)."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        stopping = False
         async for signum in received:
-            if not worker.stopping:
+            if not stopping:
+                stopping = True
                 log.info("%s: shutting down gracefully", signal.Signals(signum).name)
-                worker.stop()
+                for stop in stoppers:
+                    stop()
                 continue
-            # The second signal means now: leases held are left to expire on their own.
             log.warning("second signal: exiting at once; held leases will expire")
             logging.shutdown()
             sys.stderr.flush()
