@@ -12,7 +12,7 @@ import anyio
 from notifier import migrations
 from notifier.config import DatabaseSettings
 from notifier.database import connect, database_url
-from notifier.errors import NotifierError
+from notifier.errors import NotifierError, UsageError
 
 log = logging.getLogger("notifier")
 
@@ -98,6 +98,8 @@ async def _suppressions(url: str, clear: str | None) -> int:
 
 
 def cmd_suppressions(args: argparse.Namespace) -> int:
+    if args.action == "clear" and not args.address:
+        raise UsageError("suppressions clear needs the ADDRESS to clear")
     clear = args.address if args.action == "clear" else None
     with database_url(DatabaseSettings.from_env()) as url:
         return anyio.run(_suppressions, url, clear, backend="asyncio")

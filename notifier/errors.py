@@ -7,6 +7,10 @@ class NotifierError(Exception):
     """Root of every error notifier raises on purpose; the CLI prints these without a traceback."""
 
 
+class UsageError(NotifierError):
+    """The command line asks for something that cannot be done as asked."""
+
+
 class ConfigError(NotifierError):
     """A setting is missing or invalid; the message names the setting."""
 

@@ -221,6 +221,22 @@ async def test_permanent_reply_fails_at_once_and_is_never_retried(
     assert "gone@example.com" not in row["last_error"]  # safe to show: redacted
 
 
+async def test_a_permanently_refused_address_is_suppressed(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("nobody@example.com", Fault.RCPT_5XX)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "nobody@example.com")
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    row = await db.fetchrow("SELECT * FROM notifier.suppressed_addresses")
+    assert (row["email"], row["smtp_code"], row["outbox_id"]) == (
+        "nobody@example.com",
+        550,
+        enqueued.outbox_id,
+    )
+
+
 async def test_retries_stop_at_max_attempts(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
