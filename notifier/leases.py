@@ -53,6 +53,7 @@ class Claimed:
     expires_at: datetime
     traceparent: str | None
     tracestate: str | None
+    claimed_at: datetime | None = None
 
     @classmethod
     def from_record(cls, r: Any) -> Claimed:
@@ -75,6 +76,7 @@ class Claimed:
             expires_at=r["expires_at"],
             traceparent=r["traceparent"],
             tracestate=r["tracestate"],
+            claimed_at=r["claimed_at"],
         )
 
 
@@ -109,6 +111,7 @@ class Completion:
     provider_message_id: str | None = None
     duration_ms: float | None = None
     body_sent: bool = False
+    claimed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,7 @@ class Leases:
             [x.discovered_by for x in c],
             self.owner,
             unknown_outcome_limit,
+            [x.claimed_at for x in c],
         )
         by_id = {r["id"]: r for r in rows}
         return [

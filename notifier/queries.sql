@@ -230,15 +230,17 @@ RETURNING o.id;
 -- name: complete_attempts
 -- $1: ids, $2: lease tokens, $3: outcomes, $4: retry delays (seconds), $5: SMTP codes,
 -- $6: details (redacted), $7: provider message ids, $8: durations (ms), $9: body sent,
--- $10: attempt numbers, $11: discovered_by, $12: lease owner, $13: unknown-outcome limit.
+-- $10: attempt numbers, $11: discovered_by, $12: lease owner, $13: unknown-outcome limit,
+-- $14: claim times.
 -- Settles a batch of attempts in one statement: each row changes only while its lease is
 -- still held (invariant 3), and every attempt is recorded, held or not.
 WITH input AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::int[], $6::text[],
-                $7::text[], $8::float8[], $9::bool[], $10::int[], $11::text[])
+                $7::text[], $8::float8[], $9::bool[], $10::int[], $11::text[],
+                $14::timestamptz[])
          AS i(id, token, outcome, retry_delay, smtp_code, detail, provider_message_id,
-              duration_ms, body_sent, attempt, discovered_by)
+              duration_ms, body_sent, attempt, discovered_by, claimed_at)
 ), held AS MATERIALIZED (
     -- Rows still under the caller's lease. One reclaimed by another worker is absent and
     -- is not touched.
@@ -306,12 +308,12 @@ WITH input AS (
 ), recorded AS (
     INSERT INTO notifier.delivery_attempts
         (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, smtp_code,
-         detail, provider_message_id, body_sent, lease_held, duration_ms)
+         detail, provider_message_id, body_sent, lease_held, duration_ms, claimed_at)
     SELECT i.id, i.attempt, $12, i.token, i.discovered_by,
            CASE WHEN u.id IS NULL AND i.outcome NOT IN ('sent', 'unknown')
                 THEN 'lease_lost' ELSE i.outcome END,
            i.smtp_code, i.detail, i.provider_message_id, i.body_sent, u.id IS NOT NULL,
-           i.duration_ms
+           i.duration_ms, i.claimed_at
     FROM input i LEFT JOIN updated u ON u.id = i.id
 )
 SELECT i.id, u.status, u.next_attempt_at, u.id IS NOT NULL AS lease_held

@@ -328,6 +328,7 @@ class Worker:
                 token=flight.token,
                 attempt=row.attempt,
                 discovered_by=row.discovered_by,
+                claimed_at=row.claimed_at,
                 duration_ms=(time.monotonic() - started) * 1000,
                 **fields,
             )

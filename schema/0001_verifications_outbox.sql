@@ -72,6 +72,8 @@ CREATE TABLE notifier.email_outbox (
     lease_owner         text,
     lease_token         uuid,
     lease_until         timestamptz,
+    -- When the current or last claim took the row (database clock).
+    claimed_at          timestamptz,
     -- How the current or last claim found the row.
     discovered_by       notifier.discovery,
     -- Stable across every attempt, so duplicates after an ambiguous outcome can be told apart.

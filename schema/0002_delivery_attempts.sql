@@ -20,6 +20,7 @@ CREATE TABLE notifier.delivery_attempts (
     -- False when the worker found its lease gone at completion: its result changed nothing.
     lease_held          boolean     NOT NULL DEFAULT true,
     duration_ms         double precision,
+    claimed_at          timestamptz,
     finished_at         timestamptz NOT NULL DEFAULT now()
 );
 

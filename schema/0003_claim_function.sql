@@ -9,7 +9,8 @@ CREATE FUNCTION notifier.claim_v1(
     id bigint, status text, lease_token uuid, attempts integer, max_attempts integer,
     message_id text, verification_id uuid, discovered_by text, traceparent text,
     tracestate text, fate text, previous_status text, user_id text, email text,
-    purpose text, token_key_id text, token_nonce bytea, expires_at timestamptz
+    purpose text, token_key_id text, token_nonce bytea, expires_at timestamptz,
+    claimed_at timestamptz
 )
 LANGUAGE sql AS $$
     WITH fated AS (
@@ -18,7 +19,7 @@ LANGUAGE sql AS $$
         -- that ran out on the last allowed attempt fails the row instead of retrying forever.
         SELECT o.id, o.status AS previous_status, o.lease_owner AS previous_owner,
                o.lease_token AS previous_token, o.attempts AS previous_attempts,
-               o.discovered_by AS previous_discovery,
+               o.discovered_by AS previous_discovery, o.claimed_at AS previous_claimed_at,
                v.user_id, v.email, v.purpose, v.token_key_id, v.token_nonce, v.expires_at,
                CASE
                    WHEN v.verified_at IS NOT NULL THEN 'verified'
@@ -39,6 +40,7 @@ LANGUAGE sql AS $$
             lease_token = CASE WHEN f.fate = 'send' THEN gen_random_uuid() END,
             lease_until = CASE WHEN f.fate = 'send'
                                THEN now() + make_interval(secs => lease_seconds) END,
+            claimed_at = CASE WHEN f.fate = 'send' THEN now() ELSE o.claimed_at END,
             discovered_by = CASE WHEN f.previous_status = 'sending'
                                  THEN 'expired_lease' ELSE discovery END,
             last_outcome = CASE f.fate WHEN 'send' THEN o.last_outcome
@@ -54,21 +56,23 @@ LANGUAGE sql AS $$
                   o.verification_id, o.discovered_by::text, o.traceparent, o.tracestate,
                   f.fate, f.previous_status, f.previous_owner, f.previous_token,
                   f.previous_attempts, f.previous_discovery, f.user_id, f.email, f.purpose,
-                  f.token_key_id, f.token_nonce, f.expires_at
+                  f.token_key_id, f.token_nonce, f.expires_at, o.claimed_at,
+                  f.previous_claimed_at
     ), vanished AS (
         -- A lease that ran out means its worker died mid-attempt: that attempt ended here.
         INSERT INTO notifier.delivery_attempts
-            (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, detail)
+            (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, detail,
+             claimed_at)
         SELECT c.id, c.previous_attempts, c.previous_owner, c.previous_token,
                c.previous_discovery, 'lease_expired',
-               'the lease ran out before its worker completed the attempt'
+               'the lease ran out before its worker completed the attempt', c.previous_claimed_at
         FROM claimed c
         WHERE c.previous_status = 'sending'
     )
     SELECT c.id, c.status, c.lease_token, c.attempts, c.max_attempts, c.message_id,
            c.verification_id, c.discovered_by, c.traceparent, c.tracestate, c.fate,
            c.previous_status, c.user_id, c.email, c.purpose, c.token_key_id, c.token_nonce,
-           c.expires_at
+           c.expires_at, c.claimed_at
     FROM claimed c
     ORDER BY c.id;
 $$;

@@ -409,3 +409,15 @@ async def test_sweep_claim_uses_the_partial_index_on_due_rows(
     plan = "\n".join(r[0] for r in rows)
     assert "email_outbox_pending_due_idx" in plan, plan
     assert "email_outbox_sending_lease_idx" in plan, plan
+
+
+async def test_claim_time_is_kept_on_the_row_and_on_its_attempt(
+    db: asyncpg.Connection, keys: TokenKeys, leases: Leases
+) -> None:
+    enqueued = await enqueue(db, keys)
+    [row] = await leases.claim_ids([enqueued.outbox_id], "notify")
+    stored = await outbox_row(db, row.id)
+    assert row.claimed_at == stored["claimed_at"] is not None
+    await leases.complete([completion(row, "sent", claimed_at=row.claimed_at)], UNKNOWN_LIMIT)
+    [attempt] = await attempts_of(db, row.id)
+    assert attempt["claimed_at"] == row.claimed_at
