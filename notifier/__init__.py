@@ -1,5 +1,8 @@
 """notifier: email-verification delivery over a PostgreSQL outbox, woken by LISTEN/NOTIFY."""
 
+# Before the imports below: modules they load read it.
+__version__ = "0.1.0"
+
 from notifier.verifications import (
     IdempotencyConflict,
     InvalidRequest,
@@ -10,8 +13,6 @@ from notifier.verifications import (
     VerificationResult,
     request_verification,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "IdempotencyConflict",

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import anyio
 import asyncpg
 import orjson
 from fastapi import Depends, FastAPI, Form, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +34,7 @@ from notifier.api_models import (
 from notifier.database import create_pool
 from notifier.queries import sql
 from notifier.redact import redact_email
+from notifier.telemetry import QueueHealth, ServerSpans
 from notifier.verifications import (
     Policy,
     RequestError,
@@ -93,6 +96,31 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorOut} for status in statuses}
 
 
+def _json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`_errors` for a route that answers in HTML: its errors are JSON all the same (with
+    `model`, FastAPI would document them as the route's own media type)."""
+    schema = {"$ref": "#/components/schemas/ErrorOut"}
+    return {status: {"content": {"application/json": {"schema": schema}}} for status in statuses}
+
+
+def _pages(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """The other statuses an HTML page is served with, each with what it means."""
+    return {
+        status: {"description": text, "content": {"text/html": {}}}
+        for status, text in descriptions.items()
+    }
+
+
+# FastAPI's 400 for a body it cannot decode at all (not UTF-8, a broken form).
+_UNREADABLE_BODY = "There was an error parsing the body"
+_LINK_PAGES = _pages(
+    {
+        400: "The link is not valid, or a newer link replaced it.",
+        410: "The link expired; the page offers a new one.",
+    }
+)
+
+
 class BodyLimit:
     """Refuses request bodies over `limit` bytes with 413, before the app reads them whole."""
 
@@ -140,6 +168,7 @@ def create_app(
     max_body_bytes: int = 16 * 1024,
     pool: Any = None,
     extra_routes: Callable[[FastAPI], None] | None = None,
+    health_interval: float = 15.0,
 ) -> FastAPI:
     """The ASGI app. It owns a pool for its lifetime unless one is passed in."""
 
@@ -147,8 +176,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = pool is None
         app.state.pool = pool if not owned else await create_pool(database_url)
+        health = QueueHealth(app.state.pool, health_interval)
+        health.register_gauges()
         try:
-            yield
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(health.run)
+                yield
+                tg.cancel_scope.cancel()
         finally:
             if owned:
                 await app.state.pool.close()
@@ -161,6 +195,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, limit=max_body_bytes)
+    app.add_middleware(ServerSpans)
     _install_error_handlers(app)
 
     @app.post(
@@ -280,7 +315,12 @@ def create_app(
         )
         return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
 
-    @app.get("/verify", response_class=HTMLResponse, summary="The page an emailed link opens")
+    @app.get(
+        "/verify",
+        response_class=HTMLResponse,
+        responses={**_LINK_PAGES, **_json_errors(422, 503)},
+        summary="The page an emailed link opens",
+    )
     async def verify_page(
         conn: Conn, token: Annotated[str, Query(max_length=128)] = ""
     ) -> HTMLResponse:
@@ -290,14 +330,34 @@ def create_app(
             return _html(pages.confirm_page(token))
         return _outcome_page(result.outcome, token, result.superseded)
 
-    @app.post("/verify", response_class=HTMLResponse, summary="The Confirm button")
+    @app.post(
+        "/verify",
+        response_class=HTMLResponse,
+        responses={**_LINK_PAGES, **_json_errors(413, 422, 503)},
+        summary="The Confirm button",
+    )
     async def verify_submit(
         conn: Conn, token: Annotated[str, Form(max_length=128)] = ""
     ) -> HTMLResponse:
         result = await confirm(conn, token, apply=True)
         return _outcome_page(result.outcome, token, result.superseded)
 
-    @app.post("/verify/resend", response_class=HTMLResponse, summary="Ask for a fresh link")
+    @app.post(
+        "/verify/resend",
+        response_class=HTMLResponse,
+        responses={
+            **_pages(
+                {
+                    202: "A new link is on its way.",
+                    409: "No new link can be sent to this address.",
+                    429: "Too many links were sent lately; try again later.",
+                }
+            ),
+            **_LINK_PAGES,
+            **_json_errors(413, 422, 503),
+        },
+        summary="Ask for a fresh link",
+    )
     async def verify_resend(
         conn: Conn, token: Annotated[str, Form(max_length=128)] = ""
     ) -> HTMLResponse:
@@ -322,6 +382,14 @@ def create_app(
                 pages.resend_refused_page(str(exc)), 429 if isinstance(exc, Throttled) else 409
             )
         return _html(pages.resent_page(), 202)
+
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        summary="Prometheus text: queue health, outcomes, latencies",
+    )
+    async def metrics_text() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", response_model=Health, summary="The process is up")
     async def healthz() -> Health:
@@ -398,6 +466,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400 and exc.detail == _UNREADABLE_BODY:
+            # The same answer as for malformed JSON: one shape for every unusable body.
+            return error(422, "invalid_request", "body: the request body cannot be decoded")
         headers = dict(exc.headers) if exc.headers else None
         return error(exc.status_code, "http_error", str(exc.detail), headers=headers)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -13,6 +14,7 @@ from notifier import migrations
 from notifier.config import DatabaseSettings
 from notifier.database import connect, database_url
 from notifier.errors import NotifierError, UsageError
+from notifier.logs import configure_logging
 
 log = logging.getLogger("notifier")
 
@@ -105,6 +107,53 @@ def cmd_suppressions(args: argparse.Namespace) -> int:
         return anyio.run(_suppressions, url, clear, backend="asyncio")
 
 
+async def _stats(url: str, args: argparse.Namespace) -> int:
+    import orjson
+    from rich.console import Console
+
+    from notifier.config import Thresholds
+    from notifier.stats import collect, render
+
+    conn = await connect(url)
+    try:
+        stats = await collect(conn, args.window, Thresholds.from_env())
+    finally:
+        await conn.close()
+    if args.json:
+        print(orjson.dumps(stats.as_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        render(stats, Console())
+    return 1 if stats.alerts else 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_stats, url, args, backend="asyncio")
+
+
+async def _cleanup(url: str) -> int:
+    from notifier.config import RetentionSettings
+    from notifier.database import create_pool
+    from notifier.maintenance import cleanup
+
+    settings = RetentionSettings.from_env()
+    pool = await create_pool(url, max_size=1)
+    try:
+        report = await cleanup(pool, settings)
+    finally:
+        await pool.close()
+    if report.skipped:
+        print("another process is cleaning up; nothing done")
+        return 0
+    print(f"scrubbed {report.scrubbed} addresses, deleted {report.deleted} finished deliveries")
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_cleanup, url, backend="asyncio")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
@@ -133,6 +182,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(handler=cmd_dev)
 
+    stats = commands.add_parser(
+        "stats", help="queue health from the database; exits 1 when an alert threshold is crossed"
+    )
+    stats.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    stats.add_argument(
+        "--window", type=float, default=3600.0, help="seconds of history to summarise (3600)"
+    )
+    stats.set_defaults(handler=cmd_stats)
+
+    cleanup = commands.add_parser(
+        "cleanup",
+        help="scrub and delete finished deliveries (NOTIFIER_SCRUB_AFTER, NOTIFIER_RETENTION)",
+    )
+    cleanup.set_defaults(handler=cmd_cleanup)
+
     suppressions = commands.add_parser(
         "suppressions", help="list addresses suppressed after a permanent failure, or clear one"
     )
@@ -144,10 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    # Dev mode is read by a person; everything else by a log pipeline.
+    fmt = os.environ.get("NOTIFIER_LOG_FORMAT", "text" if args.command == "dev" else "json")
+    configure_logging(
+        "text" if fmt.strip().lower() == "text" else "json",
+        logging.DEBUG if args.verbose else logging.INFO,
     )
     try:
         code = args.handler(args)

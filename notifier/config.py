@@ -387,3 +387,61 @@ class ApiSettings:
                 env, "NOTIFIER_MAX_BODY_BYTES", _integer(256, 1024 * 1024), d.max_body_bytes
             ),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSettings:
+    """How long finished deliveries keep their addresses, and their rows."""
+
+    # NOTIFIER_SCRUB_AFTER: seconds after a delivery finished before its address is redacted.
+    scrub_after: float = 7 * 86400.0
+    # NOTIFIER_RETENTION: seconds after a delivery finished before it is deleted.
+    retention: float = 30 * 86400.0
+    # NOTIFIER_CLEANUP_BATCH: rows per statement, so no delete ever holds many locks.
+    batch: int = 1000
+    # NOTIFIER_CLEANUP_INTERVAL: seconds between the worker's cleanup runs; 0 turns them off.
+    interval: float = 3600.0
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> RetentionSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        settings = cls(
+            scrub_after=_read(
+                env, "NOTIFIER_SCRUB_AFTER", _seconds(0, 3650 * 86400), d.scrub_after
+            ),
+            retention=_read(env, "NOTIFIER_RETENTION", _seconds(0, 3650 * 86400), d.retention),
+            batch=_read(env, "NOTIFIER_CLEANUP_BATCH", _integer(1, 100_000), d.batch),
+            interval=_read(env, "NOTIFIER_CLEANUP_INTERVAL", _seconds(0, 30 * 86400), d.interval),
+        )
+        if settings.scrub_after > settings.retention:
+            raise ConfigError("NOTIFIER_SCRUB_AFTER", "must not exceed NOTIFIER_RETENTION")
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """When `notifier stats` exits non-zero."""
+
+    # NOTIFIER_ALERT_OLDEST_PENDING: seconds the oldest due pending row may wait.
+    oldest_pending: float = 300.0
+    # NOTIFIER_ALERT_EXPIRED_LEASES: sending rows with an expired lease tolerated (a crashed
+    # worker leaves some until the next sweep).
+    expired_leases: int = 10
+    # NOTIFIER_ALERT_SWEEP_SHARE: the largest share of claims found by the fallback sweep
+    # rather than a notification, among at least 20 claims in the window (lost NOTIFYs).
+    sweep_share: float = 0.5
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> Thresholds:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            oldest_pending=_read(
+                env, "NOTIFIER_ALERT_OLDEST_PENDING", _seconds(0, 30 * 86400), d.oldest_pending
+            ),
+            expired_leases=_read(
+                env, "NOTIFIER_ALERT_EXPIRED_LEASES", _integer(0, 10**9), d.expired_leases
+            ),
+            sweep_share=_read(env, "NOTIFIER_ALERT_SWEEP_SHARE", _fraction, d.sweep_share),
+        )

@@ -30,6 +30,8 @@ from notifier.inbox import Inbox
 from notifier.mailer import SmtpTransport
 from notifier.messages import Templates
 from notifier.runner import WorkerConfig, build_worker, http_server, listen, stop_on_signals
+from notifier.signals import Signals
+from notifier.telemetry import Telemetry, WorkerMetrics
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
 
@@ -66,8 +68,6 @@ async def run_dev(url: str, shown_database: str) -> None:
     finally:
         await conn.close()
 
-    # aiosmtpd narrates every SMTP command at INFO; the inbox page is the place to look.
-    logging.getLogger("mail.log").setLevel(logging.WARNING)
     inbox = Inbox()
     smtp_port = await inbox.start()
     smtp = dataclasses.replace(
@@ -97,6 +97,7 @@ async def run_dev(url: str, shown_database: str) -> None:
         resend_window=limits.resend_window,
     )
     sock = listen(api)
+    telemetry = Telemetry.configure("notifier-dev", prometheus=True)
     pool = await create_pool(url)
     transport = SmtpTransport(smtp)
     try:
@@ -104,7 +105,9 @@ async def run_dev(url: str, shown_database: str) -> None:
             url, policy, max_body_bytes=api.max_body_bytes, pool=pool, extra_routes=inbox.routes
         )
         server = http_server(app, api)
-        worker = build_worker(url, pool, worker_config, transport)
+        signals = Signals()
+        signals.subscribe(WorkerMetrics())
+        worker = build_worker(url, pool, worker_config, transport, signals)
         async with anyio.create_task_group() as watcher:
             watcher.start_soon(stop_on_signals, [worker.stop, server.stop])
             async with anyio.create_task_group() as services:
@@ -123,3 +126,4 @@ async def run_dev(url: str, shown_database: str) -> None:
             await transport.aclose()
             await pool.close()
             await inbox.stop()
+            await anyio.to_thread.run_sync(telemetry.shutdown)

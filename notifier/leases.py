@@ -112,6 +112,8 @@ class Completion:
     duration_ms: float | None = None
     body_sent: bool = False
     claimed_at: datetime | None = None
+    # Seconds the SMTP exchange took (for metrics; not stored).
+    smtp_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

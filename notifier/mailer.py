@@ -75,6 +75,11 @@ class SendResult:
 class Transport(Protocol):
     """Sends one message at a time per call; safe to call concurrently."""
 
+    @property
+    def span_attributes(self) -> dict[str, str | int]:
+        """What a send span should say about where the mail goes."""
+        ...
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         """Deliver `message`, calling `gate` immediately before the body goes out.
 
@@ -98,6 +103,10 @@ def transport_from_settings(kind: TransportKind, settings: SmtpSettings) -> Tran
 
 class NullTransport:
     """Accepts every message at once without any I/O; for benchmarks. Holds no resources."""
+
+    @property
+    def span_attributes(self) -> dict[str, str | int]:
+        return {"notifier.transport": "null"}
 
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         started = time.perf_counter()
@@ -141,6 +150,14 @@ class SmtpTransport:
         self._local_hostname: str | None = None
         self._alerted_at: dict[str, float] = {}
         self._closed = False
+
+    @property
+    def span_attributes(self) -> dict[str, str | int]:
+        return {
+            "server.address": self._settings.host,
+            "server.port": self._settings.port,
+            "network.protocol.name": "smtp",
+        }
 
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         started = time.perf_counter()

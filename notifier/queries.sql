@@ -356,3 +356,86 @@ WHERE status = 'pending';
 -- name: notify
 -- $1: channel, $2: payload. The listener's self-notification round trip.
 SELECT pg_notify($1, $2);
+
+-- name: queue_health
+-- No parameters. The figures behind the queue gauges and `notifier stats`. Each count is
+-- served by a partial index.
+SELECT
+    (SELECT count(*) FROM notifier.email_outbox WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM notifier.email_outbox
+      WHERE status = 'pending' AND next_attempt_at <= now()) AS pending_due,
+    (SELECT count(*) FROM notifier.email_outbox WHERE status = 'sending') AS sending,
+    (SELECT count(*) FROM notifier.email_outbox
+      WHERE status = 'sending' AND lease_until < now()) AS expired_leases,
+    (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8
+       FROM notifier.email_outbox
+      WHERE status = 'pending' AND next_attempt_at <= now()) AS oldest_pending_seconds,
+    pg_notification_queue_usage() AS notification_queue_usage;
+
+-- name: delivery_stats
+-- $1: window (seconds). What happened recently: attempts by outcome and claims by how they
+-- were discovered (from the attempt log), and deliveries finished by status.
+SELECT 'outcome' AS kind, outcome AS name, count(*) AS count
+FROM notifier.delivery_attempts
+WHERE finished_at > now() - make_interval(secs => $1)
+GROUP BY outcome
+UNION ALL
+SELECT 'discovered_by', coalesce(discovered_by, 'unknown'), count(*)
+FROM notifier.delivery_attempts
+WHERE finished_at > now() - make_interval(secs => $1) AND outcome <> 'released'
+GROUP BY discovered_by
+UNION ALL
+SELECT 'finished', status, count(*)
+FROM notifier.email_outbox
+WHERE completed_at > now() - make_interval(secs => $1)
+GROUP BY status
+ORDER BY 1, 2;
+
+-- name: scrub_finished
+-- $1: age (seconds), $2: batch size. Replaces the address of verifications whose delivery
+-- finished more than $1 seconds ago with its redacted form ("a***@example.com"), one bounded
+-- batch per call; returns how many were scrubbed.
+WITH batch AS (
+    SELECT v.id
+    FROM notifier.email_outbox o
+    JOIN notifier.verifications v ON v.id = o.verification_id
+    WHERE o.completed_at < now() - make_interval(secs => $1) AND v.scrubbed_at IS NULL
+    ORDER BY o.completed_at
+    LIMIT $2
+    FOR UPDATE OF v SKIP LOCKED
+), scrubbed AS (
+    UPDATE notifier.verifications v
+    SET email = left(split_part(v.email, '@', 1), 1) || '***@'
+                || substr(v.email, strpos(v.email, '@') + 1),
+        scrubbed_at = now()
+    FROM batch b
+    WHERE v.id = b.id
+    RETURNING v.id
+)
+SELECT count(*) FROM scrubbed;
+
+-- name: delete_finished
+-- $1: age (seconds), $2: batch size. Deletes verifications whose delivery finished more than
+-- $1 seconds ago (their outbox rows and attempts go with them), one bounded batch per call.
+WITH batch AS (
+    SELECT o.verification_id
+    FROM notifier.email_outbox o
+    WHERE o.completed_at < now() - make_interval(secs => $1)
+    ORDER BY o.completed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM notifier.verifications v
+    USING batch b
+    WHERE v.id = b.verification_id
+    RETURNING v.id
+)
+SELECT count(*) FROM deleted;
+
+-- name: try_maintenance_lock
+-- $1: advisory lock key. One maintenance run at a time across every worker.
+SELECT pg_try_advisory_lock($1);
+
+-- name: maintenance_unlock
+-- $1: advisory lock key.
+SELECT pg_advisory_unlock($1);

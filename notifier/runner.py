@@ -9,7 +9,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -17,12 +17,20 @@ import uvicorn
 
 from notifier import migrations
 from notifier.api import create_app
-from notifier.config import ApiSettings, SmtpSettings, TokenSettings, WorkerSettings
+from notifier.config import (
+    ApiSettings,
+    RetentionSettings,
+    SmtpSettings,
+    TokenSettings,
+    WorkerSettings,
+)
 from notifier.database import connect, create_pool
 from notifier.errors import ConfigError, MigrationError
 from notifier.mailer import Transport, transport_from_settings
+from notifier.maintenance import run_periodically
 from notifier.messages import Templates
 from notifier.signals import Signals
+from notifier.telemetry import QueueHealth, Telemetry, WorkerMetrics
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
 from notifier.worker import Worker
@@ -38,6 +46,7 @@ class WorkerConfig:
     smtp: SmtpSettings
     tokens: TokenSettings
     templates: Templates
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
@@ -46,6 +55,7 @@ class WorkerConfig:
             smtp=SmtpSettings.from_env(),
             tokens=TokenSettings.from_env(),
             templates=Templates.from_env(),
+            retention=RetentionSettings.from_env(),
         )
 
 
@@ -80,18 +90,28 @@ def build_worker(
 async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = None) -> None:
     """Run one worker until SIGTERM or SIGINT; a second signal exits at once."""
     await require_current_schema(url)
+    telemetry = Telemetry.configure("notifier-worker")
     pool = await create_pool(url)
     transport = transport_from_settings(config.worker.transport, config.smtp)
+    signals = signals or Signals()
+    signals.subscribe(WorkerMetrics())
     try:
         worker = build_worker(url, pool, config, transport, signals)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, [worker.stop])
+            if telemetry.meter_provider is not None:
+                health = QueueHealth(pool)
+                health.register_gauges()
+                tg.start_soon(health.run)
+            tg.start_soon(run_periodically, pool, config.retention)
             await worker.run()
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await transport.aclose()
             await pool.close()
+            # Spans and metrics still buffered go out now (blocking, so off the loop).
+            await anyio.to_thread.run_sync(telemetry.shutdown)
 
 
 class QuietServer(uvicorn.Server):
@@ -133,12 +153,17 @@ async def run_api(url: str, policy: Policy, settings: ApiSettings) -> None:
     """Serve the HTTP API until SIGTERM or SIGINT."""
     await require_current_schema(url)
     sock = listen(settings)
+    telemetry = Telemetry.configure("notifier-api", prometheus=True)
     server = http_server(create_app(url, policy, max_body_bytes=settings.max_body_bytes), settings)
     log.info("API listening on http://%s:%d", settings.host, settings.port)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signals, [server.stop])
-        await server.serve(sockets=[sock])
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, [server.stop])
+            await server.serve(sockets=[sock])
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(telemetry.shutdown)
 
 
 async def stop_on_signals(stoppers: list[Callable[[], None]]) -> None:

@@ -24,7 +24,8 @@ from email_validator import EmailNotValidError, validate_email
 from notifier.config import RequestSettings, SmtpSettings, TokenSettings, WorkerSettings
 from notifier.errors import NotifierError
 from notifier.queries import sql
-from notifier.tokens import TokenKeys, hash_token, looks_like_token
+from notifier.telemetry import inject_current, producer_span
+from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
 
 DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired"]
 # "ready": a live link seen without confirming it (GET /verify shows the Confirm button).
@@ -232,23 +233,22 @@ async def request_verification(
             raise Throttled(max(int(retry_after), 1))
         verification_id = uuid.uuid4()
         issued = policy.keys.issue(verification_id)
-        row = await conn.fetchrow(
-            sql("insert_verification"),
-            verification_id,
-            request.user_id,
-            request.email,
-            request.purpose,
-            issued.key_id,
-            issued.nonce,
-            issued.token_hash,
-            policy.ttl_seconds,
-            message_id_for(verification_id, policy.message_id_domain),
-            policy.max_attempts,
-            traceparent,
-            tracestate,
-            idempotency_key,
-            request.fingerprint() if idempotency_key is not None else None,
-        )
+        with producer_span() as span:
+            if traceparent is None:
+                traceparent, tracestate = inject_current()
+            row = await _insert(
+                conn,
+                policy,
+                request,
+                verification_id,
+                issued,
+                traceparent,
+                tracestate,
+                idempotency_key,
+            )
+            if span is not None and row is not None:
+                span.set_attribute("messaging.message.id", str(row["outbox_id"]))
+                span.set_attribute("notifier.verification_id", str(row["id"]))
         if row is None:
             # Unreachable while the key lock is held; kept so a missing lock fails loudly.
             raise RuntimeError("idempotency key taken despite its lock")
@@ -256,6 +256,35 @@ async def request_verification(
             sql("supersede_earlier"), request.user_id, request.email, request.purpose, row["id"]
         )
     return VerificationResult(row["id"], "pending", row["expires_at"])
+
+
+async def _insert(
+    conn: Any,
+    policy: Policy,
+    request: VerificationRequest,
+    verification_id: uuid.UUID,
+    issued: IssuedToken,
+    traceparent: str | None,
+    tracestate: str | None,
+    idempotency_key: str | None,
+) -> Any:
+    return await conn.fetchrow(
+        sql("insert_verification"),
+        verification_id,
+        request.user_id,
+        request.email,
+        request.purpose,
+        issued.key_id,
+        issued.nonce,
+        issued.token_hash,
+        policy.ttl_seconds,
+        message_id_for(verification_id, policy.message_id_domain),
+        policy.max_attempts,
+        traceparent,
+        tracestate,
+        idempotency_key,
+        request.fingerprint() if idempotency_key is not None else None,
+    )
 
 
 async def _replay(conn: Any, key: str, request: VerificationRequest) -> VerificationResult | None:

@@ -15,6 +15,7 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -39,6 +40,13 @@ from notifier.mailer import SendResult, Transport
 from notifier.messages import Templates
 from notifier.retries import Backoff
 from notifier.signals import Signals
+from notifier.telemetry import (
+    DESTINATION,
+    ClaimTrace,
+    child_span,
+    process_span,
+    record_claim_batch,
+)
 from notifier.tokens import TokenKeys, UnknownKeyError
 
 log = logging.getLogger(__name__)
@@ -253,70 +261,81 @@ class Worker:
                 await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
                 continue
             sending = 0
-            for row in rows:
+            for row, claim in rows:
                 if row.fate == "send":
                     sending += 1
-                    sends.start_soon(self._deliver, row)
+                    sends.start_soon(self._deliver, row, claim)
                 else:
                     self.signals.emit("settled", id=row.id, fate=row.fate)
             for _ in range(free - sending):
                 slots.release()
 
-    async def _claim(self, limit: int) -> list[Claimed]:
+    async def _claim(self, limit: int) -> list[tuple[Claimed, ClaimTrace]]:
+        """Claim up to `limit` rows: notified (or timer-offered) ids first, else a sweep."""
         waiting = self.intake.take_ids(limit)
         if waiting:
             by_discovery: dict[Discovery, list[int]] = {}
             for outbox_id, (_, discovery) in waiting.items():
                 by_discovery.setdefault(discovery, []).append(outbox_id)
-            rows: list[Claimed] = []
+            claimed: list[tuple[Claimed, ClaimTrace]] = []
             for discovery, ids in by_discovery.items():
-                rows += await self.leases.claim_ids(ids, discovery)
+                claimed += await self._timed_claim(self.leases.claim_ids(ids, discovery), discovery)
             now = time.monotonic()
-            for row in rows:
+            for row, _ in claimed:
                 offered = waiting.get(row.id)
-                self.signals.emit(
-                    "claimed",
-                    owner=self.owner,
-                    id=row.id,
-                    discovered_by=row.discovered_by,
-                    attempt=row.attempt,
-                    waited=None if offered is None else now - offered[0],
-                )
-            return rows
+                self._emit_claimed(row, None if offered is None else now - offered[0])
+            return claimed
         reason = self.intake.take_sweep()
         if reason is None:
             return []
-        rows = await self.leases.claim_due(limit, reason)
-        if len(rows) >= limit:
+        claimed = await self._timed_claim(self.leases.claim_due(limit, reason), reason)
+        if len(claimed) >= limit:
             self.intake.request_sweep(reason)  # a full batch: more may be waiting
-        self.signals.emit("swept", owner=self.owner, reason=reason, claimed=len(rows))
-        for row in rows:
-            self.signals.emit(
-                "claimed",
-                id=row.id,
-                discovered_by=row.discovered_by,
-                attempt=row.attempt,
-                waited=None,
-            )
-        return rows
+        self.signals.emit("swept", owner=self.owner, reason=reason, claimed=len(claimed))
+        for row, _ in claimed:
+            self._emit_claimed(row, None)
+        return claimed
+
+    async def _timed_claim(
+        self, statement: Awaitable[list[Claimed]], discovered_by: Discovery
+    ) -> list[tuple[Claimed, ClaimTrace]]:
+        started = time.time_ns()
+        rows = await statement
+        claim = record_claim_batch(rows, discovered_by, self.owner, started, time.time_ns())
+        return [(row, claim) for row in rows]
+
+    def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
+        self.signals.emit(
+            "claimed",
+            owner=self.owner,
+            id=row.id,
+            discovered_by=row.discovered_by,
+            attempt=row.attempt,
+            waited=waited,
+        )
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def _deliver(self, row: Claimed) -> None:
+    async def _deliver(self, row: Claimed, claim: ClaimTrace) -> None:
         assert row.lease_token is not None and self._slots is not None
         flight = _Flight(row, row.lease_token, time.monotonic())
         self._flights[row.id] = flight
-        try:
-            completion = await self._attempt(flight)
-        except anyio.get_cancelled_exc_class():
-            # Shutdown cancelled the attempt before any body went out: hand the row back.
-            if not flight.body_sent and not flight.lost:
-                await self._release(flight)
-            raise
-        finally:
-            del self._flights[row.id]
-            self._slots.release()
-        await self._complete(completion)
+        with process_span(row, claim, self.owner) as span:
+            try:
+                completion = await self._attempt(flight)
+            except anyio.get_cancelled_exc_class():
+                # Shutdown cancelled the attempt before any body went out: hand the row back.
+                if not flight.body_sent and not flight.lost:
+                    await self._release(flight)
+                raise
+            finally:
+                del self._flights[row.id]
+                self._slots.release()
+            if span is not None:
+                span.set_attribute("notifier.outcome", completion.outcome)
+                if completion.outcome not in ("sent", "verified"):
+                    span.set_attribute("error.type", completion.outcome)
+            await self._complete(completion)
 
     async def _attempt(self, flight: _Flight) -> Completion:
         row = flight.row
@@ -361,9 +380,18 @@ class Worker:
             flight.body_sent = answer.lease_held and answer.verification == "live"
             return flight.body_sent
 
-        with anyio.CancelScope() as scope:
+        with (
+            child_span("send smtp", dict(self.transport.span_attributes)) as send_span,
+            anyio.CancelScope() as scope,
+        ):
             flight.scope = scope
             result = await self.transport.send(message, gate)
+            if send_span is not None:
+                send_span.set_attribute("notifier.outcome", result.outcome)
+                if result.code is not None:
+                    send_span.set_attribute("notifier.smtp.reply_code", result.code)
+                if result.outcome not in ("sent", "aborted"):
+                    send_span.set_attribute("error.type", result.outcome)
         flight.scope = None
         if scope.cancelled_caught:
             return ended(
@@ -378,7 +406,12 @@ class Worker:
         if result.code is not None:
             # Stored as support staff read it in a bounce: "550 5.1.1 <u***@x.com>: ...".
             detail = f"{result.code} {detail or ''}".strip()
-        common = {"smtp_code": result.code, "detail": detail, "body_sent": result.body_sent}
+        common = {
+            "smtp_code": result.code,
+            "detail": detail,
+            "body_sent": result.body_sent,
+            "smtp_seconds": result.duration,
+        }
         match result.outcome:
             case "sent":
                 return ended(  # type: ignore[no-any-return]
@@ -406,7 +439,8 @@ class Worker:
         done: Completed | None = None
         # Shielded: a result the mail server already gave must reach the database, even
         # during shutdown, or the row would be sent again after its lease expires.
-        with anyio.CancelScope(shield=True):
+        settle = {"notifier.outcome": completion.outcome, "messaging.operation.type": "settle"}
+        with child_span(f"settle {DESTINATION}", settle) as span, anyio.CancelScope(shield=True):
             for delay in (*COMPLETION_RETRY_DELAYS, None):
                 try:
                     with anyio.fail_after(CLEANUP_TIMEOUT_SECONDS):
@@ -424,6 +458,9 @@ class Worker:
                         self.signals.emit("completion_failed", id=completion.id)
                         return
                     await anyio.sleep(delay)
+            if span is not None and done is not None:
+                span.set_attribute("notifier.status", done.status or "unchanged")
+                span.set_attribute("notifier.lease_held", done.lease_held)
         assert done is not None
         if not done.lease_held:
             log.warning(
@@ -443,6 +480,7 @@ class Worker:
             outcome=completion.outcome,
             status=done.status,
             attempt=completion.attempt,
+            smtp_seconds=completion.smtp_seconds,
         )
 
     async def _release(self, flight: _Flight) -> None:

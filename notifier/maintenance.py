@@ -1,0 +1,65 @@
+"""Retention: scrub addresses of finished deliveries, then delete them, in bounded batches."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from notifier.config import RetentionSettings
+from notifier.queries import sql
+
+log = logging.getLogger(__name__)
+
+# Advisory lock key for maintenance, so workers on many machines take turns.
+MAINTENANCE_LOCK_KEY = int.from_bytes(hashlib.sha256(b"notifier.maintenance").digest()[:8]) >> 1
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupReport:
+    scrubbed: int
+    deleted: int
+    skipped: bool = False  # another process held the maintenance lock
+
+
+async def cleanup(pool: Any, settings: RetentionSettings) -> CleanupReport:
+    """Scrub, then delete, batch by batch until nothing is old enough; one run at a time."""
+    async with pool.acquire() as conn:
+        if not await conn.fetchval(sql("try_maintenance_lock"), MAINTENANCE_LOCK_KEY):
+            return CleanupReport(0, 0, skipped=True)
+        try:
+            scrubbed = await _batches(conn, "scrub_finished", settings.scrub_after, settings.batch)
+            deleted = await _batches(conn, "delete_finished", settings.retention, settings.batch)
+        finally:
+            await conn.execute(sql("maintenance_unlock"), MAINTENANCE_LOCK_KEY)
+    if scrubbed or deleted:
+        log.info(
+            "cleanup: scrubbed %d addresses, deleted %d finished deliveries", scrubbed, deleted
+        )
+    return CleanupReport(scrubbed, deleted)
+
+
+async def _batches(conn: Any, statement: str, age: float, batch: int) -> int:
+    total = 0
+    while True:
+        done = int(await conn.fetchval(sql(statement), age, batch))
+        total += done
+        if done < batch:
+            return total
+        await anyio.lowlevel.checkpoint()  # let other work on this loop through between batches
+
+
+async def run_periodically(pool: Any, settings: RetentionSettings) -> None:
+    """The worker's schedule: a cleanup every `settings.interval` seconds (0: never)."""
+    if settings.interval <= 0:
+        return
+    while True:
+        await anyio.sleep(settings.interval)
+        try:
+            await cleanup(pool, settings)
+        except Exception as exc:
+            log.warning("scheduled cleanup failed (%s); retrying at the next interval", exc)
