@@ -193,6 +193,9 @@ def create_app(
         description="Email-verification delivery over a PostgreSQL outbox.",
         default_response_class=OrjsonResponse,
         lifespan=lifespan,
+        # FastAPI's own telemetry would put the query string on its spans (`url.query`),
+        # and /verify?token=... carries the token: ServerSpans records spans instead.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     app.add_middleware(ServerSpans)

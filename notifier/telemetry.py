@@ -108,9 +108,15 @@ class Telemetry:
         otlp = otlp_configured(env)
         if not otlp and not prometheus:
             return telemetry
-        resource = Resource.create({"service.name": service_name}).merge(
-            Resource.create({"service.version": __version__})
+        attributes = {"service.version": __version__}
+        # Attributes given here win over the environment's, so the default name applies
+        # only when the operator named nothing.
+        named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get(
+            "OTEL_RESOURCE_ATTRIBUTES", ""
         )
+        if not named:
+            attributes["service.name"] = service_name
+        resource = Resource.create(attributes)
         if otlp:
             provider = TracerProvider(resource=resource)
             provider.add_span_processor(BatchSpanProcessor(_span_exporter(env)))

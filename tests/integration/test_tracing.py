@@ -1,0 +1,189 @@
+"""One trace tells one verification's story: request, outbox write, claim, send, settle."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import anyio
+import asyncpg
+import httpx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+
+from notifier.api import create_app
+from notifier.signals import Signals
+from notifier.telemetry import QueueHealth, WorkerMetrics
+from notifier.tokens import TokenKeys
+from tests.support.deliveries import policy_for_tests
+from tests.support.fixtures import Otel
+from tests.support.smtp_server import Fault, SmtpServer
+from tests.support.workers import running_worker
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 15
+EMAIL = "trace.me@example.com"
+
+
+@pytest.fixture
+async def client(
+    otel: Otel, pool: asyncpg.Pool, database_url: str, keys: TokenKeys
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(database_url, policy_for_tests(keys), pool=pool)
+    app.state.pool = pool
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api.test"
+    ) as client:
+        yield client
+
+
+def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def one(spans: list[ReadableSpan], name: str) -> ReadableSpan:
+    [span] = by_name(spans, name)
+    return span
+
+
+async def deliver(
+    client: httpx.AsyncClient,
+    database_url: str,
+    keys: TokenKeys,
+    smtp_server: SmtpServer,
+    signals: Signals,
+    sent: int = 1,
+) -> str:
+    async with running_worker(database_url, keys, smtp_server.settings(), signals=signals):
+        response = await client.post(
+            "/v1/verifications",
+            json={"user_id": "u-trace", "email": EMAIL},
+            headers={"Idempotency-Key": "trace-1"},
+        )
+        assert response.status_code == 202
+        with anyio.fail_after(WAIT):
+            await signals.wait_for(
+                lambda s: sum(e.data["status"] == "sent" for e in s.of("completed")) >= sent
+            )
+    return str(response.json()["id"])
+
+
+async def test_one_trace_runs_from_the_request_through_claim_send_and_settle(
+    otel: Otel,
+    client: httpx.AsyncClient,
+    database_url: str,
+    keys: TokenKeys,
+    smtp_server: SmtpServer,
+) -> None:
+    verification_id = await deliver(client, database_url, keys, smtp_server, Signals())
+    spans = list(otel.spans.get_finished_spans())
+    server = one(spans, "POST /v1/verifications")
+    producer = one(spans, "create notifier.email_outbox")
+    process = one(spans, "process notifier.email_outbox")
+    claim = one(spans, "claim notifier.email_outbox")
+    send = one(spans, "send smtp")
+    settle = one(spans, "settle notifier.email_outbox")
+    batch = [
+        s
+        for s in by_name(spans, "receive notifier.email_outbox")
+        if any(link.context.span_id == producer.context.span_id for link in s.links)
+    ]
+    assert len(batch) == 1
+
+    assert (server.kind, producer.kind, process.kind) == (
+        SpanKind.SERVER,
+        SpanKind.PRODUCER,
+        SpanKind.CONSUMER,
+    )
+    trace_id = server.context.trace_id
+    assert {s.context.trace_id for s in (producer, process, claim, send, settle)} == {trace_id}
+    assert producer.parent is not None and producer.parent.span_id == server.context.span_id
+    assert process.parent is not None and process.parent.span_id == producer.context.span_id
+    for child in (claim, send, settle):
+        assert child.parent is not None and child.parent.span_id == process.context.span_id
+    assert [link.context.span_id for link in process.links] == [batch[0].context.span_id]
+
+    assert process.attributes is not None and send.attributes is not None
+    assert process.attributes["messaging.system"] == "postgresql"
+    assert process.attributes["notifier.verification_id"] == verification_id
+    assert process.attributes["notifier.attempt"] == 1
+    assert process.attributes["notifier.discovered_by"] == "notify"
+    assert process.attributes["notifier.outcome"] == "sent"
+    assert str(process.attributes["notifier.lease_owner"]).startswith("test:")
+    assert send.attributes["notifier.smtp.reply_code"] == 250
+    assert send.attributes["server.port"] == smtp_server.port
+    assert settle.attributes is not None and settle.attributes["notifier.status"] == "sent"
+    assert server.attributes is not None and server.attributes["http.response.status_code"] == 202
+
+
+async def test_every_attempt_of_a_retried_delivery_stays_in_its_trace(
+    otel: Otel,
+    client: httpx.AsyncClient,
+    database_url: str,
+    keys: TokenKeys,
+    smtp_server: SmtpServer,
+) -> None:
+    smtp_server.plan(EMAIL, Fault.RCPT_4XX)
+    await deliver(client, database_url, keys, smtp_server, Signals())
+    spans = list(otel.spans.get_finished_spans())
+    processes = by_name(spans, "process notifier.email_outbox")
+    assert sorted((s.attributes or {})["notifier.attempt"] for s in processes) == [1, 2]
+    assert len({s.context.trace_id for s in processes}) == 1
+    failed = next(s for s in processes if (s.attributes or {})["notifier.attempt"] == 1)
+    assert (failed.attributes or {})["error.type"] == "transient"
+
+
+async def test_no_span_carries_a_token_or_an_address(
+    otel: Otel,
+    client: httpx.AsyncClient,
+    database_url: str,
+    keys: TokenKeys,
+    smtp_server: SmtpServer,
+) -> None:
+    await deliver(client, database_url, keys, smtp_server, Signals())
+    body = smtp_server.received[0].content.decode()
+    mac = body.split("token=", 1)[1][9:52]
+    for span in otel.spans.get_finished_spans():
+        values = " ".join(str(v) for v in (span.attributes or {}).values())
+        assert mac not in values and EMAIL not in values, span.name
+
+
+async def test_a_link_opened_in_a_browser_leaves_no_token_on_its_span(
+    otel: Otel, client: httpx.AsyncClient
+) -> None:
+    token = "0123abcd." + "T" * 43
+    await client.get("/verify", params={"token": token})
+    [span] = by_name(list(otel.spans.get_finished_spans()), "GET /verify")
+    values = " ".join(str(v) for v in (span.attributes or {}).values())
+    assert "T" * 43 not in values
+
+
+async def test_metrics_page_shows_queue_health_and_worker_counts(
+    otel: Otel,
+    client: httpx.AsyncClient,
+    pool: asyncpg.Pool,
+    database_url: str,
+    keys: TokenKeys,
+    smtp_server: SmtpServer,
+) -> None:
+    signals = Signals()
+    signals.subscribe(WorkerMetrics())
+    await deliver(client, database_url, keys, smtp_server, signals)
+    health = QueueHealth(pool)
+    health.register_gauges()
+    await health.sample()
+    text = (await client.get("/metrics")).text
+    for pattern in (
+        r"notifier_queue_pending\{",
+        r"notifier_queue_expired_leases\{",
+        r"notifier_queue_oldest_pending_age_seconds\{",
+        r"notifier_postgres_notification_queue_usage(_ratio)?\{",
+        r'notifier_claims_total\{[^}]*discovered_by="notify"',
+        r'notifier_outcomes_total\{[^}]*outcome="sent"',
+        r"notifier_smtp_duration_seconds_bucket\{",
+        r"notifier_notify_to_claim_duration_seconds_bucket\{",
+        r"notifier_delivery_attempts_bucket\{",
+    ):
+        assert re.search(pattern, text), pattern
