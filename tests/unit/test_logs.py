@@ -35,7 +35,9 @@ def test_json_line_carries_context_and_scrubs_arguments(
     capture: tuple[logging.Logger, io.StringIO],
 ) -> None:
     logger, stream = capture
-    logger.info("delivered to %s with %s", "bob@example.com", TOKEN, extra={"verification_id": "v-1"})
+    logger.info(
+        "delivered to %s with %s", "bob@example.com", TOKEN, extra={"verification_id": "v-1"}
+    )
     entry = orjson.loads(stream.getvalue())
     assert entry["msg"] == "delivered to b***@example.com with [token]"
     assert (entry["level"], entry["logger"], entry["verification_id"]) == (
@@ -57,7 +59,9 @@ def test_exception_text_is_scrubbed_too(capture: tuple[logging.Logger, io.String
 
 
 def test_text_format_is_one_readable_line() -> None:
-    record = logging.LogRecord("notifier.x", logging.INFO, __file__, 1, "hello %s", ("a@b.com",), None)
+    record = logging.LogRecord(
+        "notifier.x", logging.INFO, __file__, 1, "hello %s", ("a@b.com",), None
+    )
     Scrubber().filter(record)
     line = TextFormatter().format(record)
     assert line.endswith("INFO    notifier.x: hello a***@b.com")
