@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from notifier import __version__, migrations, pages
 from notifier.api_models import (
+    TOKEN_MAX_CHARS,
     Attempt,
     Attempts,
     ConfirmIn,
@@ -73,6 +74,9 @@ async def connection(request: Request) -> AsyncIterator[Any]:
 
 # Module level, not inside create_app: FastAPI resolves string annotations in module globals.
 Conn = Annotated[Any, Depends(connection)]
+# Posted by notifier's own pages; a link's query string is left unbounded so that an
+# over-long link still gets the "cannot be used" page rather than a JSON error.
+FormToken = Annotated[str, Form(max_length=TOKEN_MAX_CHARS)]
 
 
 def require_json(request: Request) -> None:
@@ -324,13 +328,9 @@ def create_app(
         responses={**_LINK_PAGES, **_json_errors(422, 503)},
         summary="The page an emailed link opens",
     )
-    async def verify_page(
-        conn: Conn, token: Annotated[str, Query(max_length=128)] = ""
-    ) -> HTMLResponse:
+    async def verify_page(conn: Conn, token: Annotated[str, Query()] = "") -> HTMLResponse:
         # Changes nothing: mail scanners prefetch links.
         result = await confirm(conn, token, apply=False)
-        if result.outcome == "ready":
-            return _html(pages.confirm_page(token))
         return _outcome_page(result.outcome, token, result.superseded)
 
     @app.post(
@@ -340,7 +340,7 @@ def create_app(
         summary="The Confirm button",
     )
     async def verify_submit(
-        conn: Conn, token: Annotated[str, Form(max_length=128)] = ""
+        conn: Conn, token: Annotated[str, Form(max_length=TOKEN_MAX_CHARS)] = ""
     ) -> HTMLResponse:
         result = await confirm(conn, token, apply=True)
         return _outcome_page(result.outcome, token, result.superseded)
@@ -362,7 +362,7 @@ def create_app(
         summary="Ask for a fresh link",
     )
     async def verify_resend(
-        conn: Conn, token: Annotated[str, Form(max_length=128)] = ""
+        conn: Conn, token: Annotated[str, Form(max_length=TOKEN_MAX_CHARS)] = ""
     ) -> HTMLResponse:
         result = await confirm(conn, token, apply=False)
         # An expired link, or one the first press of this button already replaced.
@@ -380,10 +380,12 @@ def create_app(
                 idempotency_key=key,
                 policy=policy,
             )
+        except Throttled as exc:
+            refused = _html(pages.resend_refused_page(str(exc)), 429)
+            refused.headers["Retry-After"] = str(exc.retry_after)
+            return refused
         except RequestError as exc:
-            return _html(
-                pages.resend_refused_page(str(exc)), 429 if isinstance(exc, Throttled) else 409
-            )
+            return _html(pages.resend_refused_page(str(exc)), 409)
         return _html(pages.resent_page(), 202)
 
     @app.get(
@@ -431,6 +433,9 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
 
 
 def _outcome_page(outcome: str, token: str, superseded: bool) -> HTMLResponse:
+    if outcome == "ready":
+        # A live link: nothing happens until its Confirm button is pressed.
+        return _html(pages.confirm_page(token))
     if outcome == "verified":
         return _html(pages.verified_page())
     if outcome == "already_verified":

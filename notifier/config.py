@@ -96,6 +96,13 @@ def _address(raw: str) -> str:
     return raw
 
 
+def _existing_file(raw: str) -> Path | None:
+    path = Path(raw)
+    if not path.is_file():
+        raise ValueError("must name a readable file")
+    return path
+
+
 def _text(raw: str) -> str:
     if any(c in raw for c in "\r\n"):
         raise ValueError("must be a single line")
@@ -139,6 +146,9 @@ class SmtpSettings:
     tls: TlsMode = "none"
     # NOTIFIER_SMTP_VALIDATE_CERTS: verify the server's certificate (turn off only for tests).
     validate_certs: bool = True
+    # NOTIFIER_SMTP_CA_FILE: PEM bundle of the authorities to trust (a private relay's CA);
+    # unset: the system's.
+    ca_file: Path | None = None
     # NOTIFIER_SMTP_CONNECT_TIMEOUT: seconds to connect and greet.
     connect_timeout: float = 10.0
     # NOTIFIER_SMTP_COMMAND_TIMEOUT: seconds to wait for each reply before DATA.
@@ -169,6 +179,7 @@ class SmtpSettings:
             password=_read(env, "NOTIFIER_SMTP_PASSWORD", str, d.password, secret=True),
             tls=_read(env, "NOTIFIER_SMTP_TLS", _choice("none", "starttls", "tls"), d.tls),  # type: ignore[arg-type]
             validate_certs=_read(env, "NOTIFIER_SMTP_VALIDATE_CERTS", _boolean, d.validate_certs),
+            ca_file=_read(env, "NOTIFIER_SMTP_CA_FILE", _existing_file, d.ca_file),
             connect_timeout=_read(
                 env, "NOTIFIER_SMTP_CONNECT_TIMEOUT", _seconds(0.1, 600), d.connect_timeout
             ),

@@ -297,6 +297,7 @@ class SmtpTransport:
             use_tls=s.tls == "tls",
             start_tls=s.tls == "starttls",
             validate_certs=s.validate_certs,
+            cert_bundle=str(s.ca_file) if s.ca_file is not None else None,
         )
 
     async def _connect(self, client: SMTP) -> None:

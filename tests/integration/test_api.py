@@ -343,3 +343,31 @@ async def test_readiness_fails_while_migrations_are_pending(
         await pool.close()
     assert response.status_code == 503
     assert response.json()["detail"] == "migrations pending"
+
+
+async def test_an_over_long_link_shows_the_invalid_page_not_an_error(
+    client: httpx.AsyncClient,
+) -> None:
+    page = await client.get("/verify", params={"token": "x" * 300})
+    assert page.status_code == 400 and "data-outcome=invalid" in page.text
+
+
+async def test_asking_to_resend_a_live_link_shows_its_confirm_button(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    page = await client.post("/verify/resend", data={"token": token})
+    assert page.status_code == 200 and "Confirm" in page.text
+    assert await counts(db) == (1, 1)
+
+
+@pytest.mark.parametrize("policy_overrides", [{"resend_limit": 1}])
+async def test_a_throttled_resend_says_when_to_try_again(
+    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    created = (await post(client)).json()
+    token = await token_for(db, keys, created["id"])
+    await expire_verification(db, await db.fetchval("SELECT id FROM notifier.email_outbox"))
+    page = await client.post("/verify/resend", data={"token": token})
+    assert page.status_code == 429 and int(page.headers["Retry-After"]) > 0

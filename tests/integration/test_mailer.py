@@ -6,10 +6,12 @@ import email
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import trustme
 
 from notifier.mailer import NullTransport, SendResult, SmtpTransport, transport_from_settings
 from notifier.messages import OutgoingMessage
@@ -321,3 +323,33 @@ async def test_smtp_kind_builds_an_smtp_transport(smtp_server: SmtpServer) -> No
         assert (await smtp.send(message(), Gate())).outcome == "sent"
     finally:
         await smtp.aclose()
+
+
+@pytest.fixture
+def authority() -> Any:
+    return trustme.CA()
+
+
+@pytest.mark.parametrize("mode", ["starttls", "tls"])
+async def test_tls_modes_deliver_to_a_server_whose_certificate_is_trusted(
+    mode: str, authority: Any, tmp_path: Path, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    ca_file = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(ca_file))
+    certificate = authority.issue_cert("127.0.0.1", "localhost")
+    with SmtpServer(free_tcp_port_factory(), tls=mode, certificate=certificate) as server:  # type: ignore[arg-type]
+        async with transport(server, ca_file=ca_file) as smtp:
+            result = await send(smtp, message())
+        assert result.outcome == "sent", result
+        assert len(server.kept) == 1
+
+
+async def test_a_certificate_from_an_untrusted_authority_is_refused(
+    authority: Any, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    certificate = authority.issue_cert("127.0.0.1", "localhost")
+    with SmtpServer(free_tcp_port_factory(), tls="starttls", certificate=certificate) as server:
+        async with transport(server) as smtp:
+            result = await send(smtp, message())
+        assert (result.outcome, result.body_sent) == ("transient", False)
+        assert server.received == []

@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import anyio.abc
@@ -48,11 +49,13 @@ async def run_cli(
 
 
 class RunningCli:
-    """A long-running `notifier` subprocess whose stderr is collected line by line."""
+    """A long-running `notifier` subprocess whose stderr (and, if asked, stdout) is collected
+    line by line."""
 
     def __init__(self, process: anyio.abc.Process) -> None:
         self.process = process
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # stderr
+        self.stdout_lines: list[str] = []  # stays empty unless stdout is captured
         self._changed = anyio.Event()
 
     @property
@@ -63,38 +66,63 @@ class RunningCli:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    async def collect(self) -> None:
-        assert self.process.stderr is not None
+    async def collect(self, stream: anyio.abc.ByteReceiveStream, into: list[str]) -> None:
         buffer = b""
-        async for chunk in self.process.stderr:
+        async for chunk in stream:
             buffer += chunk
             *complete, buffer = buffer.split(b"\n")
-            self.lines += [line.decode(errors="replace") for line in complete]
-            self._changed.set()
-            self._changed = anyio.Event()
+            into += [line.decode(errors="replace") for line in complete]
+            self._notify()
 
-    async def wait_for_line(self, fragment: str) -> str:
-        """The first stderr line containing `fragment`; callers bound the wait."""
+    async def watch_exit(self) -> None:
+        # Wakes a waiter when the process exits, so it fails at once, not at its deadline.
+        await self.process.wait()
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_for_line(
+        self, fragment: str, stream: Literal["stderr", "stdout"] = "stderr"
+    ) -> str:
+        """The first line on `stream` containing `fragment`; callers bound the wait."""
+        lines = self.lines if stream == "stderr" else self.stdout_lines
         while True:
-            for line in self.lines:
+            for line in lines:
                 if fragment in line:
                     return line
             if self.process.returncode is not None:
-                raise AssertionError(f"exited {self.process.returncode} first:\n{self.output}")
+                code = self.process.returncode
+                stdout = "\n".join(self.stdout_lines)
+                raise AssertionError(
+                    f"exited {code} first:\n{self.output}"
+                    + (f"\nstdout:\n{stdout}" if stdout else "")
+                )
             await self._changed.wait()
 
 
 @contextlib.asynccontextmanager
 async def running_cli(
-    *args: str, env: Mapping[str, str] | None = None
+    *args: str, env: Mapping[str, str] | None = None, capture_stdout: bool = False
 ) -> AsyncIterator[RunningCli]:
-    """Start `notifier ARGS`; on exit, kill it if it is still running."""
+    """Start `notifier ARGS`; on exit, kill it if it is still running.
+
+    stderr is always collected; stdout too with `capture_stdout` (else it is discarded).
+    """
     process = await anyio.open_process(
-        [*NOTIFIER, *args], env=cli_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*NOTIFIER, *args],
+        env=cli_env(env),
+        stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     cli = RunningCli(process)
     async with process, anyio.create_task_group() as tg:
-        tg.start_soon(cli.collect)
+        assert process.stderr is not None
+        tg.start_soon(cli.collect, process.stderr, cli.lines)
+        if process.stdout is not None:
+            tg.start_soon(cli.collect, process.stdout, cli.stdout_lines)
+        tg.start_soon(cli.watch_exit)
         try:
             yield cli
         finally:

@@ -8,6 +8,7 @@ import dataclasses
 import enum
 import random
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ import anyio
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from notifier.config import SmtpSettings
+from notifier.config import SmtpSettings, TlsMode
 
 HOST = "127.0.0.1"
 # What the server calls itself; naming it spares aiosmtpd a getfqdn() per connection.
@@ -108,7 +109,12 @@ class SmtpServer:
     """
 
     def __init__(
-        self, port: int | None = None, *, slow_data_seconds: float = DEFAULT_SLOW_DATA_SECONDS
+        self,
+        port: int | None = None,
+        *,
+        slow_data_seconds: float = DEFAULT_SLOW_DATA_SECONDS,
+        tls: TlsMode = "none",
+        certificate: Any = None,
     ) -> None:
         self.host = HOST
         self.port = _free_port() if port is None else port
@@ -132,13 +138,24 @@ class SmtpServer:
         # Made by start(): aiosmtpd's controller creates its event loop when constructed,
         # and only stop() closes it, so a server that never starts must not have one.
         self._controller: _Controller | None = None
+        # A trustme.LeafCert for "starttls" (required upgrade) or "tls" (implicit TLS).
+        self.tls = tls
+        self.certificate = certificate
 
     # Lifecycle
 
     def start(self) -> None:
         if self._controller is not None:
             raise RuntimeError("the SMTP server is already running")
-        controller = _Controller(self, _Handler(self), hostname=HOST, port=self.port)
+        tls: dict[str, Any] = {}
+        if self.tls != "none":
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.certificate.configure_cert(context)
+            if self.tls == "tls":
+                tls["ssl_context"] = context
+            else:
+                tls.update(tls_context=context, require_starttls=True)
+        controller = _Controller(self, _Handler(self), hostname=HOST, port=self.port, **tls)
         try:
             controller.start()
         except BaseException:
@@ -167,7 +184,7 @@ class SmtpServer:
         base = SmtpSettings(
             host=self.host,
             port=self.port,
-            tls="none",
+            tls=self.tls,
             connect_timeout=2.0,
             command_timeout=2.0,
             data_timeout=2.0,
