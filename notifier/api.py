@@ -506,5 +506,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         asyncpg.PostgresConnectionError,
         asyncpg.InterfaceError,
         asyncpg.CannotConnectNowError,
+        # What asyncpg raises, about half the time, for a pooled connection the server has
+        # just closed (restart, failover, idle killer): the request never reached the server.
+        asyncpg.InternalClientError,
     ):
         app.add_exception_handler(kind, database_down)
