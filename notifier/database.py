@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import orjson
 
 from notifier.config import DatabaseSettings
 from notifier.embedded import EmbeddedPostgres
+from notifier.errors import DatabaseUnavailable
 
 # Seconds to wait for a connection before reporting the database unreachable.
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -36,9 +38,30 @@ async def init_connection(conn: Any) -> None:
     )
 
 
+def describe(url: str) -> str:
+    """Where a URL points, without its credentials: host[:port]/database."""
+    parts = urlsplit(url)
+    host = parse_qs(parts.query).get("host", [parts.hostname or "localhost"])[0]
+    port = f":{parts.port}" if parts.port else ""
+    return f"{host}{port}{parts.path or '/'}"
+
+
+# What failing to reach PostgreSQL looks like: refused, no such socket or host, timed out,
+# or a server that is starting up or shutting down.
+UNREACHABLE = (
+    OSError,
+    TimeoutError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.PostgresConnectionError,
+)
+
+
 async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     """A single connection outside any pool (migrations, the LISTEN connection)."""
-    conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
+    try:
+        conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
+    except UNREACHABLE as exc:
+        raise DatabaseUnavailable(describe(url), exc) from exc
     await init_connection(conn)
     return conn
 
@@ -50,11 +73,14 @@ POOL_MAX_SIZE = 10
 
 async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
     """The pool every runtime statement goes through (the LISTEN connection stays outside)."""
-    return await asyncpg.create_pool(
-        url,
-        min_size=1,
-        max_size=max_size,
-        init=init_connection,
-        timeout=CONNECT_TIMEOUT_SECONDS,
-        server_settings={"application_name": "notifier"},
-    )
+    try:
+        return await asyncpg.create_pool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            init=init_connection,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            server_settings={"application_name": "notifier"},
+        )
+    except UNREACHABLE as exc:
+        raise DatabaseUnavailable(describe(url), exc) from exc

@@ -112,6 +112,18 @@ class EmbeddedPostgres:
             self._url = None
             self._release_ownership()
 
+    def restart(self) -> None:
+        """Restart the server in place (`pg_ctl restart -m fast`), for fault drills.
+
+        Every client connection is closed, committed data survives, and the URL stays the
+        same: pg_ctl reuses the options the server was started with (socket directory,
+        port, settings). Returns once the server accepts connections again.
+        """
+        if self._owner is None or self._url is None:
+            raise EmbeddedServerError("the embedded PostgreSQL is not running")
+        log_file = self.data_dir / SERVER_LOG
+        self._pg_ctl(_pg_bin(), ["-m", "fast", "-w", "-l", str(log_file), "restart"])
+
     # -- ownership -------------------------------------------------------------------------
 
     def _take_ownership(self) -> None:

@@ -20,6 +20,17 @@ class ConfigError(NotifierError):
         self.problem = problem
 
 
+class DatabaseUnavailable(NotifierError):
+    """The database cannot be reached (refused, unknown host, timed out, shutting down)."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        super().__init__(
+            f"cannot reach the database at {where} ({type(cause).__name__}: {cause}); "
+            "check NOTIFIER_DATABASE_URL and that PostgreSQL is running"
+        )
+        self.where = where
+
+
 class EmbeddedServerError(NotifierError):
     """The embedded PostgreSQL could not be started, stopped or owned."""
 

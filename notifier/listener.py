@@ -110,7 +110,11 @@ class Listener:
             try:
                 reason = await self._listen(conn, task_status)
             except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}"
+                # The health check runs in a task group: show what failed, not the group.
+                cause: BaseException = exc
+                while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+                    cause = cause.exceptions[0]
+                reason = f"{type(cause).__name__}: {cause}"
             finally:
                 self.connection = None
                 conn.terminate()

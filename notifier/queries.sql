@@ -335,12 +335,13 @@ WITH released AS (
         updated_at = now()
     FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
     WHERE o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
-    RETURNING o.id, o.attempts + 1 AS attempt, i.token, o.discovered_by
+    RETURNING o.id, o.attempts + 1 AS attempt, i.token, o.discovered_by, o.claimed_at
 ), recorded AS (
     INSERT INTO notifier.delivery_attempts
-        (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, detail)
+        (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, detail,
+         claimed_at)
     SELECT id, attempt, $3, token, discovered_by, 'released',
-           'the worker shut down before sending; the attempt is not counted'
+           'the worker shut down before sending; the attempt is not counted', claimed_at
     FROM released
 )
 SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,

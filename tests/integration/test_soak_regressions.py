@@ -4,6 +4,7 @@ the product is fixed."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import asyncpg
 import httpx
@@ -11,8 +12,11 @@ import pytest
 
 from notifier.api import create_app
 from notifier.database import create_pool
+from notifier.leases import Held, Leases
 from notifier.tokens import TokenKeys
-from tests.support.deliveries import policy_for_tests
+from tests.conftest import TEST_SECRET
+from tests.support.cli import run_cli
+from tests.support.deliveries import attempts_of, enqueue, policy_for_tests
 
 pytestmark = pytest.mark.anyio
 
@@ -50,3 +54,44 @@ async def test_request_on_a_pooled_connection_the_server_just_closed_is_503_not_
         assert set(statuses) <= {202, 503}, statuses
     finally:
         await pool.close()
+
+
+# A loopback port nothing listens on: the connection is refused at once.
+UNREACHABLE_DATABASE_URL = "postgresql://postgres@127.0.0.1:1/postgres"
+
+
+@pytest.mark.parametrize("command", ["worker", "api", "migrate"])
+async def test_unreachable_database_at_start_is_a_clear_error_not_a_traceback(
+    command: str, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    """A process started while the database is down (the soak restarts a worker while its
+    PostgreSQL restarts) must say so in one line, as every other start-up problem does
+    ("notifier: error: ..."), and exit 2; today it dies with an uncaught
+    ConnectionRefusedError / FileNotFoundError traceback from asyncpg and exits 1."""
+    result = await run_cli(
+        command,
+        env={
+            "NOTIFIER_DATABASE_URL": UNREACHABLE_DATABASE_URL,
+            "NOTIFIER_TOKEN_SECRET": TEST_SECRET,
+            "NOTIFIER_API_PORT": str(free_tcp_port_factory()),
+        },
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2
+    assert "notifier: error:" in result.stderr
+
+
+async def test_a_released_attempt_keeps_its_claim_time(
+    db: asyncpg.Connection, pool: asyncpg.Pool, keys: TokenKeys
+) -> None:
+    """Every attempt records when its claim took the row (delivery_attempts.claimed_at), so
+    a timeline, or the soak, can tell when each lease was live. A SIGTERMed worker's
+    released attempt records NULL: release_leases does not write claimed_at."""
+    leases = Leases(pool, "soak-regression/worker", 30.0)
+    enqueued = await enqueue(db, keys)
+    [row] = await leases.claim_ids([enqueued.outbox_id], "notify")
+    assert row.lease_token is not None and row.claimed_at is not None
+    assert await leases.release([Held(row.id, row.lease_token)]) == 1
+    [attempt] = await attempts_of(db, row.id)
+    assert attempt["outcome"] == "released"
+    assert attempt["claimed_at"] == row.claimed_at

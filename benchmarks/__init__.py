@@ -1,0 +1,5 @@
+"""Benchmarks and soaks of notifier: real PostgreSQL, real SMTP sink, real worker processes.
+
+`python -m benchmarks` runs poll vs notify latency, cost and throughput side by side and
+writes one JSON file, a markdown summary and plots (see benchmarks/README.md).
+"""
