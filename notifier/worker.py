@@ -62,6 +62,8 @@ CLAIM_ERROR_BACKOFF_SECONDS = 0.5
 SWEEP_JITTER = 0.1
 # Leases are renewed once a third of the lease has passed, checked four times as often.
 RENEW_AFTER_FRACTION = 1 / 3
+# A body is sent only while at least this fraction of the lease is certainly left.
+LEASE_SAFETY_FRACTION = 0.1
 # Local retry deadlines are padded so the claim never arrives before the database's due time.
 RETRY_TIMER_MARGIN_SECONDS = 0.005
 
@@ -69,6 +71,14 @@ RETRY_TIMER_MARGIN_SECONDS = 0.005
 def default_owner(name: str = "worker") -> str:
     """host:pid/name, so a lease names the machine, process and worker that holds it."""
     return f"{socket.gethostname()}:{os.getpid()}/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """The claim a row came from: its trace, and when its statement was sent (monotonic)."""
+
+    trace: ClaimTrace
+    sent_at: float
 
 
 @dataclass(slots=True)
@@ -129,6 +139,8 @@ class Worker:
             settings.batch_size,
         )
         self._flights: dict[int, _Flight] = {}
+        # A send may start only while this much of the lease is certainly left.
+        self._usable_lease = settings.lease_seconds * (1 - LEASE_SAFETY_FRACTION)
         self._retries: list[tuple[float, int]] = []  # (monotonic due time, outbox id)
         self._retry_added: anyio.Event | None = None
         self._slots: anyio.Semaphore | None = None
@@ -270,14 +282,14 @@ class Worker:
             for _ in range(free - sending):
                 slots.release()
 
-    async def _claim(self, limit: int) -> list[tuple[Claimed, ClaimTrace]]:
+    async def _claim(self, limit: int) -> list[tuple[Claimed, _Claim]]:
         """Claim up to `limit` rows: notified (or timer-offered) ids first, else a sweep."""
         waiting = self.intake.take_ids(limit)
         if waiting:
             by_discovery: dict[Discovery, list[int]] = {}
             for outbox_id, (_, discovery) in waiting.items():
                 by_discovery.setdefault(discovery, []).append(outbox_id)
-            claimed: list[tuple[Claimed, ClaimTrace]] = []
+            claimed: list[tuple[Claimed, _Claim]] = []
             for discovery, ids in by_discovery.items():
                 claimed += await self._timed_claim(self.leases.claim_ids(ids, discovery), discovery)
             now = time.monotonic()
@@ -298,11 +310,14 @@ class Worker:
 
     async def _timed_claim(
         self, statement: Awaitable[list[Claimed]], discovered_by: Discovery
-    ) -> list[tuple[Claimed, ClaimTrace]]:
+    ) -> list[tuple[Claimed, _Claim]]:
+        # Taken before the statement is sent: the lease cannot run out before this moment
+        # plus its length, whatever the network did to the reply.
+        sent_at = time.monotonic()
         started = time.time_ns()
         rows = await statement
         claim = record_claim_batch(rows, discovered_by, self.owner, started, time.time_ns())
-        return [(row, claim) for row in rows]
+        return [(row, _Claim(claim, sent_at)) for row in rows]
 
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
         self.signals.emit(
@@ -316,11 +331,11 @@ class Worker:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def _deliver(self, row: Claimed, claim: ClaimTrace) -> None:
+    async def _deliver(self, row: Claimed, claim: _Claim) -> None:
         assert row.lease_token is not None and self._slots is not None
-        flight = _Flight(row, row.lease_token, time.monotonic())
+        flight = _Flight(row, row.lease_token, claim.sent_at)
         self._flights[row.id] = flight
-        with process_span(row, claim, self.owner) as span:
+        with process_span(row, claim.trace, self.owner) as span:
             try:
                 completion = await self._attempt(flight)
             except anyio.get_cancelled_exc_class():
@@ -377,6 +392,12 @@ class Worker:
             except Exception as exc:
                 log.warning("cannot confirm the lease on %d before sending (%s)", row.id, exc)
                 return False
+            # The database said "held" when it ran the check; if this process stalled since
+            # (a pause, a frozen VM), the lease may have run out meanwhile and been taken
+            # over. Only a lease that is certainly still ours may send the body.
+            if time.monotonic() >= flight.renewed_at + self._usable_lease:
+                log.warning("delivery %d: lease too close to its end to send; abandoning", row.id)
+                answer = Sendability(lease_held=False, verification=None)
             flight.body_sent = answer.lease_held and answer.verification == "live"
             return flight.body_sent
 

@@ -392,7 +392,15 @@ def _check_duplicates(
             kept[tx.message_id].append(tx)
     killed_owners = {i.owner for i in workers if i.ending == "killed" and i.owner is not None}
     for message_id, receipts in kept.items():
-        receipts.sort(key=lambda tx: tx.body_at or tx.rcpt_at)
+        # In the order of the leases they were sent under: a worker that stalled after its
+        # pre-send check can deliver its body after its successor's, and the lease claimed
+        # first is the one whose ending must explain the second receipt.
+        receipts.sort(
+            key=lambda tx: (
+                _claim_order(attribution.lease_of.get(id(tx))),
+                tx.body_at or tx.rcpt_at,
+            )
+        )
         findings.counts["messages_kept"] += 1
         for earlier, later in itertools.pairwise(receipts):
             findings.counts["duplicates"] += 1
@@ -407,6 +415,12 @@ def _check_duplicates(
                 findings.violate(check, f"row {row.id if row else '?'} {message_id}: {cause}")
             findings.duplicate_causes[cause] += 1
     _check_concurrent(findings, transactions, attribution)
+
+
+def _claim_order(lease: Lease | None) -> float:
+    if lease is None or lease.claimed_at is None:
+        return float("inf")
+    return lease.claimed_at
 
 
 def _duplicate_cause(
