@@ -250,9 +250,7 @@ def create_app(
         summary="A verification's delivery status",
     )
     async def get_verification(verification_id: uuid.UUID, conn: Conn) -> VerificationStatus:
-        row = await conn.fetchrow(sql("verification_status"), verification_id)
-        if row is None:
-            raise _NotFound
+        row = await _status_row(conn, verification_id)
         return VerificationStatus(
             id=row["id"],
             status=row["status"],
@@ -278,8 +276,7 @@ def create_app(
         summary="A verification's delivery attempts, oldest first (for support staff)",
     )
     async def get_attempts(verification_id: uuid.UUID, conn: Conn) -> Attempts:
-        if await conn.fetchrow(sql("verification_status"), verification_id) is None:
-            raise _NotFound
+        await _status_row(conn, verification_id)  # 404 for an unknown id, not an empty list
         rows = await conn.fetch(sql("verification_attempts"), verification_id)
         return Attempts(
             verification_id=verification_id,
@@ -426,6 +423,13 @@ def create_app(
     if extra_routes is not None:
         extra_routes(app)
     return app
+
+
+async def _status_row(conn: Any, verification_id: uuid.UUID) -> Any:
+    row = await conn.fetchrow(sql("verification_status"), verification_id)
+    if row is None:
+        raise _NotFound
+    return row
 
 
 def _html(body: str, status: int = 200) -> HTMLResponse:
