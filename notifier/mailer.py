@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import email.policy
 import logging
 import socket
 import ssl
@@ -366,8 +365,7 @@ class SmtpTransport:
 def _serialize(message: OutgoingMessage) -> tuple[bytes, bool]:
     """The message's bytes, and whether its addresses need SMTPUTF8."""
     utf8 = not (message.sender.isascii() and message.recipient.isascii())
-    policy = email.policy.SMTPUTF8 if utf8 else email.policy.SMTP
-    return message.to_email().as_bytes(policy=policy), utf8
+    return message.to_bytes(), utf8
 
 
 def _mail_options(client: SMTP, size: int, utf8: bool) -> list[str]:

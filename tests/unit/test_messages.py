@@ -32,7 +32,8 @@ def compose(templates: Templates, **overrides: object) -> OutgoingMessage:
 
 
 def parse(message: OutgoingMessage) -> EmailMessage:
-    parsed = email.message_from_bytes(message.to_email().as_bytes(), policy=email.policy.SMTP)
+    """What a receiving server makes of the bytes the transport sends."""
+    parsed = email.message_from_bytes(message.to_bytes(), policy=email.policy.SMTP)
     assert isinstance(parsed, EmailMessage)
     return parsed
 
@@ -189,3 +190,44 @@ def test_stray_dollar_in_an_override_is_a_config_error(tmp_path: Path) -> None:
 def test_naive_datetimes_are_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         compose(Templates.load(None), now=NOW.replace(tzinfo=None))
+
+
+def headers_and_bodies(raw: bytes) -> tuple[dict[str, str], tuple[str, str]]:
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(parsed, EmailMessage)
+    keys = ("From", "To", "Subject", "Message-ID", "Date", "MIME-Version")
+    return {k: str(parsed[k]) for k in keys}, bodies(parsed)
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["Confirm your email address", "Bestätigen Sie Ihre Adresse ✓", "x" * 1200],
+)
+def test_fast_bytes_say_what_the_email_package_would(subject: str) -> None:
+    message = compose(Templates.load(None), link="https://a.example/verify?token=t." + "Z" * 43)
+    message = OutgoingMessage(
+        message.message_id,
+        message.sender,
+        message.recipient,
+        subject,
+        message.text + "\n.\nFrom here\n  trailing spaces  \n" + "long " * 60,
+        message.html,
+        message.date,
+    )
+    fast = headers_and_bodies(message.to_bytes())
+    slow = headers_and_bodies(message.to_email().as_bytes())
+    assert fast == slow
+
+
+def test_fast_bytes_keep_every_line_short_and_crlf_terminated() -> None:
+    raw = compose(Templates.load(None), purpose="signup").to_bytes()
+    lines = raw.split(b"\r\n")
+    assert b"\n" not in b"".join(lines) and b"\r" not in b"".join(lines)
+    assert max(len(line) for line in lines) <= 998
+    assert raw.isascii()
+
+
+def test_non_ascii_addresses_go_through_the_email_package_with_smtputf8() -> None:
+    message = compose(Templates.load(None), recipient="jösé@exämple.com")
+    parsed = email.message_from_bytes(message.to_bytes(), policy=email.policy.SMTPUTF8)
+    assert str(parsed["To"]) == "jösé@exämple.com"
