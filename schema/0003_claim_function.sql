@@ -1,7 +1,9 @@
 -- Why: a claim has two ways to find rows (the ids a notification named, or a sweep for due
 -- rows and expired leases) but one way to take them. This function is that one way; callers
 -- lock their candidates FOR UPDATE SKIP LOCKED in the same statement and pass the ids here.
--- Versioned (_v1) so old and new workers can overlap during a rollout.
+-- Versioned (_v1) so old and new workers can overlap during a rollout. plpgsql, not sql: a
+-- data-modifying sql function cannot be inlined and is planned again on every call, while a
+-- plpgsql statement is prepared once per session (measured: about a third of a claim's time).
 
 CREATE FUNCTION notifier.claim_v1(
     candidate_ids bigint[], owner text, lease_seconds double precision, discovery text
@@ -12,7 +14,10 @@ CREATE FUNCTION notifier.claim_v1(
     purpose text, token_key_id text, token_nonce bytea, expires_at timestamptz,
     claimed_at timestamptz
 )
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH fated AS (
         -- What each candidate becomes. Only a live verification is sent; one that expired,
         -- was superseded or was verified meanwhile is settled without a send, and a lease
@@ -75,4 +80,5 @@ LANGUAGE sql AS $$
            c.expires_at, c.claimed_at
     FROM claimed c
     ORDER BY c.id;
+END;
 $$;

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import asyncpg
+import orjson
 import pytest
 
 from notifier.leases import Completion, Held, Leases
@@ -382,7 +383,7 @@ async def test_release_returns_the_row_uncounted_and_announces_it(
         await listener.close()
     stored = await outbox_row(db, row.id)
     assert (stored["status"], stored["attempts"], stored["lease_token"]) == ("pending", 0, None)
-    assert heard == [f'{{"v" : 1, "ids" : [{row.id}]}}']
+    assert [orjson.loads(p) for p in heard] == [{"v": 1, "ids": [row.id]}]
     [attempt] = await attempts_of(db, row.id)
     assert attempt["outcome"] == "released"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import asyncpg
+import orjson
 import pytest
 
 import notifier
@@ -74,7 +75,7 @@ async def test_commit_of_the_callers_transaction_notifies_the_workers(
             "SELECT id FROM notifier.email_outbox WHERE verification_id = $1", result.id
         )
     await sentinel(db, heard)
-    assert heard[0] == f'{{"v" : 1, "ids" : [{outbox_id}]}}'
+    assert orjson.loads(heard[0]) == {"v": 1, "ids": [outbox_id]}
     assert result.status == "pending"
 
 
