@@ -1,0 +1,150 @@
+"""What a run measures and for how long: the full run, and the quick smoke run CI uses."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from benchmarks.workers import Mode, TransportKind
+
+Scenario = Literal["latency", "throughput", "trigger"]
+SCENARIOS: tuple[Scenario, ...] = ("latency", "throughput", "trigger")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSpec:
+    """One way of finding work, as the latency scenario compares them."""
+
+    name: str
+    mode: Mode
+    poll_interval: float | None = None
+
+
+MODES = (
+    ModeSpec("notify", "notify"),
+    ModeSpec("poll 1s", "poll", 1.0),
+    ModeSpec("poll 100ms", "poll", 0.1),
+    ModeSpec("poll 10ms", "poll", 0.01),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputProfile:
+    """Worker settings a drain runs with; None keeps the library default."""
+
+    name: str
+    concurrency: int | None = None
+    batch_size: int | None = None
+    smtp_pool_size: int | None = None
+    # The transports this profile is run with.
+    transports: tuple[TransportKind, ...] = ("null", "smtp")
+
+
+DEFAULT_PROFILE = ThroughputProfile("defaults")
+# Enough sends in flight that a claim can take a full batch: with the null transport nothing
+# else bounds a batch (at the default 8 a claim takes at most 8 rows).
+BATCH_PROFILE = ThroughputProfile(
+    "concurrency 200, batch 200", concurrency=200, batch_size=200, transports=("null",)
+)
+# Over the same 8 SMTP connections as the bare loop, more sends queued per worker, so claims,
+# pre-DATA checks and completions go in batches of up to 64 instead of 8.
+SMTP_BATCH_PROFILE = ThroughputProfile(
+    "concurrency 64, batch 64", concurrency=64, batch_size=64, transports=("smtp",)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Every duration, rate and size a run uses (seconds unless named otherwise)."""
+
+    quick: bool
+    # Latency and cost (scenarios 1 and 2).
+    rate: float = 100.0  # verifications per second
+    # Each mode runs `latency_rounds` times, the modes taking turns; the windows below are
+    # per round (the full run: 3 x 10 s idle and 3 x 10 s loaded per mode).
+    latency_rounds: int = 3
+    load_seconds: float = 10.0
+    idle_seconds: float = 10.0
+    warmup_seconds: float = 1.0  # produced at the rate before the load window, not counted
+    settle_seconds: float = 2.0  # after the workers are ready: start-up sweep, pool warm-up
+    floor_seconds: float = 20.0
+    latency_workers: int = 1
+    claim_commit_samples: int = 1000  # per variant
+    # Throughput (scenario 3).
+    backlog_rows: int = 20_000
+    throughput_processes: tuple[int, ...] = (1, 2)
+    throughput_transports: tuple[TransportKind, ...] = ("null", "smtp")
+    throughput_profiles: tuple[ThroughputProfile, ...] = (
+        DEFAULT_PROFILE,
+        BATCH_PROFILE,
+        SMTP_BATCH_PROFILE,
+    )
+    smtp_baseline_seconds: float = 10.0
+    smtp_baseline_connections: int = 8  # the worker's default SMTP pool size
+    drain_timeout: float = 180.0
+    # The trigger's cost (scenario 4).
+    trigger_producers: tuple[int, ...] = (1, 8)
+    trigger_seconds: float = 4.0
+    trigger_rounds: int = 3
+    scenarios: tuple[Scenario, ...] = SCENARIOS
+
+    def with_scenarios(self, scenarios: tuple[Scenario, ...]) -> RunConfig:
+        return dataclasses.replace(self, scenarios=scenarios)
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def planned_seconds(self) -> dict[Scenario, float]:
+        """A rough budget per scenario, for the progress bar."""
+        start = 2.5  # starting a worker process and its first sweep
+        per_mode = start + self.settle_seconds + self.idle_seconds + self.warmup_seconds
+        per_mode += self.load_seconds + 1.5
+        latency = (
+            self.floor_seconds
+            + 2
+            + self.latency_rounds * len(MODES) * per_mode
+            + 3 * self.claim_commit_samples / 500
+        )
+        throughput = len(self.throughput_processes) * (self.smtp_baseline_seconds + 2)
+        for profile in self.throughput_profiles:
+            for transport in set(profile.transports) & set(self.throughput_transports):
+                for n in self.throughput_processes:
+                    throughput += drain_budget(self, transport, n)
+        # Two workloads, trigger on and off, per producer count and round.
+        runs = self.trigger_rounds * len(self.trigger_producers) * 2 * 2
+        trigger = runs * (self.trigger_seconds + 0.7)
+        budget: dict[Scenario, float] = {
+            "latency": latency,
+            "throughput": throughput,
+            "trigger": trigger,
+        }
+        return {s: budget[s] for s in self.scenarios}
+
+
+# Rough drain rates for the progress bar's budget, deliveries per second.
+EXPECTED_DRAIN_RATE: dict[TransportKind, float] = {"null": 2500.0, "smtp": 250.0}
+
+
+def drain_budget(config: RunConfig, transport: TransportKind, processes: int) -> float:
+    """Seconds one drain is expected to take, start-up included."""
+    rate = EXPECTED_DRAIN_RATE[transport]
+    return 2.5 * processes + config.settle_seconds + config.backlog_rows / rate
+
+
+FULL = RunConfig(quick=False)
+QUICK = RunConfig(
+    quick=True,
+    latency_rounds=1,
+    load_seconds=2.0,
+    idle_seconds=2.0,
+    warmup_seconds=0.5,
+    settle_seconds=0.5,
+    floor_seconds=2.0,
+    claim_commit_samples=100,
+    backlog_rows=1_000,
+    smtp_baseline_seconds=1.5,
+    drain_timeout=60.0,
+    trigger_seconds=1.0,
+    trigger_rounds=1,
+)

@@ -1,0 +1,111 @@
+"""Producing work: verifications requested at a steady rate, or a backlog inserted at once.
+
+The steady producer calls the product's own `request_verification` (one transaction per
+request, the outbox insert firing the NOTIFY trigger) and notes the wall clock the moment
+COMMIT has returned: the start of every latency this run reports.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from notifier import tokens
+from notifier.tokens import TokenKeys
+from notifier.verifications import Policy, request_verification
+
+# The workers derive each link's token from this (NOTIFIER_TOKEN_SECRET).
+TOKEN_SECRET = "benchmark-token-secret-not-for-production-0123456789"
+MESSAGE_ID_DOMAIN = "bench.example.com"
+MAIL_FROM = f"notifier@{MESSAGE_ID_DOMAIN}"
+# Recipients are unique per request, so supersession and throttling never interfere.
+RECIPIENT_DOMAIN = "example.com"
+# A producer that falls this far behind its schedule stops rather than bursting to catch up.
+MAX_BEHIND_SECONDS = 1.0
+
+
+def policy() -> Policy:
+    """Request rules that never refuse a benchmark request."""
+    return Policy(
+        keys=TokenKeys((TOKEN_SECRET,)),
+        ttl_seconds=3600.0,
+        max_attempts=5,
+        message_id_domain=MESSAGE_ID_DOMAIN,
+        resend_limit=1_000_000,
+    )
+
+
+@dataclass(slots=True)
+class Produced:
+    """What a steady producer committed: each verification and when its COMMIT returned."""
+
+    commits: dict[uuid.UUID, int] = field(default_factory=dict)  # id -> time.time_ns()
+    started_ns: int = 0
+    ended_ns: int = 0
+    # How late each request started against its schedule, milliseconds.
+    lateness_ms: list[float] = field(default_factory=list)
+    stopped_behind: bool = False
+
+
+async def produce_steady(
+    conn: Any, *, rate: float, seconds: float, tag: str, produced: Produced | None = None
+) -> Produced:
+    """Request `rate` verifications per second for `seconds`, each in its own transaction."""
+    produced = produced or Produced()
+    rules = policy()
+    count = round(rate * seconds)
+    interval = 1.0 / rate
+    produced.started_ns = time.time_ns()
+    start = time.perf_counter()
+    for i in range(count):
+        due = start + i * interval
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await anyio.sleep(delay)
+        behind = time.perf_counter() - due
+        if behind > MAX_BEHIND_SECONDS:
+            produced.stopped_behind = True
+            break
+        produced.lateness_ms.append(max(0.0, behind) * 1000)
+        result = await request_verification(
+            conn,
+            user_id=f"{tag}-{i}",
+            email=f"{tag}-{i}@{RECIPIENT_DOMAIN}",
+            policy=rules,
+        )
+        produced.commits[result.id] = time.time_ns()
+    produced.ended_ns = time.time_ns()
+    return produced
+
+
+# A backlog in one statement, set-based: verifications with the real key id and a random
+# 32-byte nonce each (the worker derives a token from them), and their outbox rows, whose
+# insert fires the trigger once for the whole statement. $1: rows, $2: key id,
+# $3: Message-ID domain, $4: user id prefix.
+INSERT_BACKLOG = """
+WITH generated AS (
+    SELECT gen_random_uuid() AS id, g
+    FROM generate_series(1, $1::integer) AS g
+), verifications AS (
+    INSERT INTO notifier.verifications
+        (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at)
+    SELECT id, $4 || '-' || g, $4 || '-' || g || '@example.com', 'signup', $2,
+           sha256(convert_to(gen_random_uuid()::text, 'UTF8')),
+           sha256(convert_to(id::text, 'UTF8')),
+           now() + interval '1 hour'
+    FROM generated
+    RETURNING id
+)
+INSERT INTO notifier.email_outbox (verification_id, message_id, max_attempts)
+SELECT id, '<verify.' || id || '@' || $3 || '>', 5 FROM verifications
+"""
+
+
+async def insert_backlog(conn: Any, rows: int, tag: str) -> int:
+    """Insert `rows` due deliveries in one statement; returns time.time_ns() after COMMIT."""
+    await conn.execute(INSERT_BACKLOG, rows, tokens.key_id(TOKEN_SECRET), MESSAGE_ID_DOMAIN, tag)
+    return time.time_ns()

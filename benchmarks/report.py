@@ -1,0 +1,622 @@
+"""The run's output: results.json (every figure), summary.md (tables), and PNG plots.
+
+`python -m benchmarks.report results/results.json` re-renders the summary and the plots from
+a results file, so a report can be reworked without measuring again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+JSON_NAME = "results.json"
+SUMMARY_NAME = "summary.md"
+LATENCY_PLOT = "latency_cdf.png"
+THROUGHPUT_PLOT = "throughput.png"
+COST_PLOT = "cost.png"
+# Peers measured on this machine with no-op handlers and library defaults (the issue's
+# figures): commit -> handler start, p50 / p99 in ms; drain of 20,000 jobs, jobs/s.
+PEERS_LATENCY_MS = {
+    "PgQueuer 1.6": (2.39, 3.54),
+    "Procrastinate 3.10": (2.30, 4.05),
+    "Graphile Worker (Node)": (1.22, 4.43),
+}
+PEERS_DRAIN_PER_S = {
+    "PgQueuer (batch 10)": 3900,
+    "PgQueuer (batch 100)": 10500,
+    "Procrastinate": 400,
+    "Graphile Worker (tuned)": 18900,
+}
+# A "small fraction": notify's statements under load, over poll-at-10ms's.
+SMALL_FRACTION = 0.25
+
+
+# -- targets ---------------------------------------------------------------------------------
+
+
+def _mode(results: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for mode in results.get("latency", {}).get("modes", []):
+        if mode["mode"] == name:
+            return mode  # type: ignore[no-any-return]
+    return None
+
+
+def _get(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or data.get(key) is None:
+            return None
+        data = data[key]
+    return data
+
+
+def _target(
+    name: str, goal: str, value: float | None, ok: Callable[[float], bool], shown: str
+) -> dict[str, Any]:
+    return {
+        "target": name,
+        "goal": goal,
+        "value": value,
+        "measured": shown if value is not None else "not measured",
+        "met": None if value is None else bool(ok(value)),
+    }
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of the issue, its measured value, and whether it is met."""
+    targets: list[dict[str, Any]] = []
+    notify = _mode(results, "notify")
+    poll_1s = _mode(results, "poll 1s")
+    poll_10ms = _mode(results, "poll 10ms")
+    floor_p50 = _get(results, "latency", "floor", "commit_to_notification_ms", "p50")
+    claim_p50 = _get(notify, "commit_to_claim_ms", "p50")
+    claim_p99 = _get(notify, "commit_to_claim_ms", "p99")
+    smtp_p50 = _get(notify, "commit_to_smtp_ms", "p50")
+    targets.append(
+        _target(
+            "notify commit->claim p50",
+            "<= 1.0 ms",
+            claim_p50,
+            lambda v: v <= 1.0,
+            f"{claim_p50} ms",
+        )
+    )
+    targets.append(
+        _target(
+            "notify commit->claim p99",
+            "<= 3.0 ms",
+            claim_p99,
+            lambda v: v <= 3.0,
+            f"{claim_p99} ms",
+        )
+    )
+    ratio = None if not claim_p50 or not floor_p50 else claim_p50 / floor_p50
+    targets.append(
+        _target(
+            "notify commit->claim p50 / LISTEN floor p50",
+            "<= 10x",
+            ratio,
+            lambda v: v <= 10,
+            f"{ratio:.1f}x" if ratio else "",
+        )
+    )
+    targets.append(
+        _target(
+            "notify commit->SMTP-accepted p50",
+            "<= 3 ms",
+            smtp_p50,
+            lambda v: v <= 3.0,
+            f"{smtp_p50} ms",
+        )
+    )
+    poll_p50 = _get(poll_1s, "commit_to_smtp_ms", "p50")
+    speedup = None if not poll_p50 or not smtp_p50 else poll_p50 / smtp_p50
+    targets.append(
+        _target(
+            "poll 1s p50 / notify p50 (commit->SMTP)",
+            ">= 100x",
+            speedup,
+            lambda v: v >= 100,
+            f"{speedup:.0f}x" if speedup else "",
+        )
+    )
+    targets.append(_statement_share(notify, poll_10ms))
+    idle = _get(notify, "idle", "statements_per_s_per_worker")
+    if idle is None:
+        idle = _get(notify, "idle", "round_trips_per_s_per_worker")
+    targets.append(
+        _target("notify idle statements/s per worker", "< 1", idle, lambda v: v < 1, f"{idle}/s")
+    )
+    drains = results.get("throughput", {}).get("drains", [])
+    null_2p = [d for d in drains if d["transport"] == "null" and d["processes"] == 2]
+    best_null = max((d["deliveries_per_s"] or 0 for d in null_2p), default=None)
+    targets.append(
+        _target(
+            "null transport, 2 processes",
+            ">= 10,000 deliveries/s",
+            best_null,
+            lambda v: v >= 10_000,
+            f"{best_null:,.0f}/s" if best_null else "",
+        )
+    )
+    worst_rt = max((d["round_trips_per_delivery"] for d in drains), default=None)
+    targets.append(
+        _target(
+            "round trips per delivery under load (worst drain)",
+            "<= 2",
+            worst_rt,
+            lambda v: v <= 2,
+            f"{worst_rt}" if worst_rt is not None else "",
+        )
+    )
+    baseline = {
+        b["processes"]: b["messages_per_s"]
+        for b in _get(results, "throughput", "smtp_baseline") or []
+    }
+    for d in drains:
+        if d["transport"] != "smtp" or not baseline.get(d["processes"]):
+            continue
+        share = (d["deliveries_per_s"] or 0) / baseline[d["processes"]]
+        targets.append(
+            _target(
+                f"SMTP drain / bare aiosmtplib, {d['processes']} process(es) ({d['profile']})",
+                ">= 80%",
+                share,
+                lambda v: v >= 0.8,
+                f"{share:.0%}",
+            )
+        )
+    runs = _get(results, "trigger", "runs") or []
+    most = max((r["producers"] for r in runs), default=None)
+    what = {"request": "request_verification", "insert": "worst case: 1-statement"}
+    for run in runs:
+        if run["producers"] != most:
+            continue
+        overhead = run["overhead_pct"]
+        targets.append(
+            _target(
+                f"trigger cost, {most} producers ({what.get(run.get('workload', ''), '')})",
+                "< 10% of commit rate",
+                overhead,
+                lambda v: v < 10,
+                f"{overhead:.1f}%",
+            )
+        )
+    return targets
+
+
+def _statements(mode: dict[str, Any] | None, window: str) -> float | None:
+    """Statements (or, without pg_stat_statements, round trips) in a mode's window."""
+    usage = _get(mode, window)
+    if usage is None:
+        return None
+    count = usage.get("statements")
+    return float(count if count is not None else usage["round_trips"])
+
+
+def _statement_share(notify: dict[str, Any] | None, poll: dict[str, Any] | None) -> dict[str, Any]:
+    """notify's statements over poll-at-10ms's across an idle window and a loaded one of
+    equal length (at 100/s both modes spend about the same per delivery; the difference is
+    what polling costs while there is nothing to find)."""
+    name = "notify statements / poll 10ms's (idle + load windows)"
+    goal = f"<= {SMALL_FRACTION:.0%}"
+    parts = [_statements(m, w) for m in (notify, poll) for w in ("idle", "load")]
+    if any(p is None for p in parts):
+        return _target(name, goal, None, lambda v: True, "")
+    n_idle, n_load, p_idle, p_load = (p or 0.0 for p in parts)
+    if not p_idle + p_load:
+        return _target(name, goal, None, lambda v: True, "")
+    share = (n_idle + n_load) / (p_idle + p_load)
+    shown = f"{share:.1%}"
+    if p_idle and p_load:
+        shown += f" (idle {n_idle / p_idle:.1%}, loaded {n_load / p_load:.0%})"
+    return _target(name, goal, share, lambda v: v <= SMALL_FRACTION, shown)
+
+
+# -- markdown --------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _percentiles(dist: dict[str, Any] | None) -> list[str]:
+    if dist is None:
+        return ["-"] * 4
+    return [_ms(dist["p50"]), _ms(dist["p90"]), _ms(dist["p99"]), _ms(dist["max"])]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    out: list[str] = [f"# notifier benchmarks{' (quick run)' if results.get('quick') else ''}", ""]
+    m = results["machine"]
+    out += [
+        f"Run {m['date']} on {m['cpu_model']}, {m['cores']} cores, {m['memory_gib']} GiB, "
+        f"{m['os']} (kernel {m['kernel']}); "
+        f"PostgreSQL {m['postgresql']} ({m['postgresql_server']}, "
+        f"{m['postgresql_connection']}, fsync={m['postgresql_settings'].get('fsync')}, "
+        f"synchronous_commit={m['postgresql_settings'].get('synchronous_commit')}); "
+        f"Python {m['python']}; notifier at {m['git_commit']}"
+        f"{' with uncommitted changes' if m['git_dirty'] else ''}. "
+        f"The whole run took {results['duration_s']:.0f} s.",
+        "",
+    ]
+    out += _latency_md(results.get("latency"))
+    out += _cost_md(results.get("latency"))
+    out += _throughput_md(results.get("throughput"))
+    out += _trigger_md(results.get("trigger"))
+    targets = results.get("targets", [])
+    if targets:
+        out += ["## Targets", ""]
+        rows = [
+            [
+                t["target"],
+                t["goal"],
+                t["measured"],
+                {True: "met", False: "**missed**", None: "-"}[t["met"]],
+            ]
+            for t in targets
+        ]
+        out += _table(["target", "goal", "measured", ""], rows)
+    return "\n".join(out)
+
+
+def _latency_md(latency: dict[str, Any] | None) -> list[str]:
+    if not latency:
+        return []
+    out = [
+        "## Latency",
+        "",
+        f"{latency['rate_per_s']:.0f} verifications/s for {latency['load_seconds']:.0f} s "
+        f"per mode (in {latency.get('rounds', 1)} rounds, the modes taking turns), "
+        f"{latency['workers']} worker process(es) at library defaults, SMTP into the recording "
+        "sink. From the producer's clock after COMMIT returned to the claim statement's "
+        "database clock (claimed_at) and to the sink's clock at the end of DATA; ms.",
+        "",
+    ]
+    floor = latency["floor"]["commit_to_notification_ms"]
+    floor_p50 = floor["p50"] if floor else None
+    rows = [
+        ["LISTEN floor (bare asyncpg connection)", *_percentiles(floor), "", "", "", "", "1x", "-"]
+    ]
+    for mode in latency["modes"]:
+        claim, smtp = mode["commit_to_claim_ms"], mode["commit_to_smtp_ms"]
+        ratio = f"{claim['p50'] / floor_p50:.1f}x" if claim and floor_p50 else "-"
+        rows.append(
+            [
+                mode["mode"],
+                *_percentiles(claim),
+                *_percentiles(smtp),
+                ratio,
+                f"{mode['delivered']}/{mode['produced']}",
+            ]
+        )
+    out += _table(
+        [
+            "mode",
+            "claim p50",
+            "p90",
+            "p99",
+            "max",
+            "SMTP p50",
+            "p90",
+            "p99",
+            "max",
+            "claim p50 / floor",
+            "delivered",
+        ],
+        rows,
+    )
+    peers = ", ".join(f"{k} {p50} / {p99}" for k, (p50, p99) in PEERS_LATENCY_MS.items())
+    out += [f"Peers (commit -> handler start, p50 / p99 ms, same machine): {peers}.", ""]
+    commit = latency.get("claim_commit") or {}
+    if commit:
+        out += ["One-row claims timed from the client (ms):", ""]
+        rows = [[name, *_percentiles(dist)] for name, dist in commit.items()]
+        out += _table(["claim", "p50", "p90", "p99", "max"], rows)
+    return out
+
+
+def _cost_md(latency: dict[str, Any] | None) -> list[str]:
+    if not latency:
+        return []
+    out = [
+        "## Cost per mode",
+        "",
+        "Statements the workers sent (pg_stat_statements, their own role) and CPU seconds of "
+        "the worker processes and of the whole PostgreSQL cluster, idle (no traffic) and under "
+        "the load above. A round trip is one message to the server: asyncpg's pool reset sends "
+        "four statements in one.",
+        "",
+    ]
+    rows = []
+    for mode in latency["modes"]:
+        idle, load = mode["idle"], mode["load"]
+        rows.append(
+            [
+                mode["mode"],
+                _num(idle["statements_per_s_per_worker"], 2),
+                _num(idle["worker_cpu_s"], 2),
+                _num(idle["pg_cpu_s"], 2),
+                _num(load["statements_per_s"], 1),
+                _num(load["round_trips_per_s"], 1),
+                _num(load.get("round_trips_per_delivery"), 2),
+                _num(load["worker_cpu_s"], 2),
+                _num(load["pg_cpu_s"], 2),
+                _num(load.get("other_cpu_s"), 2),
+            ]
+        )
+    out += _table(
+        [
+            "mode",
+            "idle stmts/s/worker",
+            "idle worker CPU s",
+            "idle PG CPU s",
+            "load stmts/s",
+            "load round trips/s",
+            "round trips/delivery",
+            "load worker CPU s",
+            "load PG CPU s",
+            "load other CPU s",
+        ],
+        rows,
+    )
+    idle_s, load_s = latency["idle_seconds"], latency["load_seconds"]
+    out += [
+        f"Idle window {idle_s:.0f} s, load window {load_s:.0f} s (CPU seconds are per window).",
+        "",
+    ]
+    return out
+
+
+def _throughput_md(throughput: dict[str, Any] | None) -> list[str]:
+    if not throughput:
+        return []
+    out = [
+        "## Throughput",
+        "",
+        f"Draining {throughput['rows']:,} rows committed in one statement while the workers "
+        "idled (notify mode): rows over COMMIT-returned to the last completion.",
+        "",
+    ]
+    rows = []
+    for d in throughput["drains"]:
+        usage = d["usage"]
+        rows.append(
+            [
+                d["transport"],
+                str(d["processes"]),
+                d["profile"],
+                d["sink"] or "-",
+                _num(d["deliveries_per_s"], 0),
+                _num(d.get("seconds_to_99pct"), 2) + " / " + _num(d["seconds"], 2),
+                _num(d["round_trips_per_delivery"], 3),
+                _num(d["statements_per_delivery"], 3),
+                _num(usage["worker_cpu_s"], 2),
+                _num(usage["pg_cpu_s"], 2),
+                _num(usage.get("other_cpu_s"), 2),
+                f"{d['sent']}/{d['rows']}",
+            ]
+        )
+    out += _table(
+        [
+            "transport",
+            "processes",
+            "settings",
+            "sink",
+            "deliveries/s",
+            "99% / all done (s)",
+            "round trips/delivery",
+            "statements/delivery",
+            "worker CPU s",
+            "PG CPU s",
+            "other CPU s",
+            "sent",
+        ],
+        rows,
+    )
+    base = throughput.get("smtp_baseline") or []
+    if base:
+        out += ["Bare aiosmtplib loop (one ready-made message, same sink):", ""]
+        out += _table(
+            ["processes", "connections each", "sink", "messages/s"],
+            [
+                [
+                    str(b["processes"]),
+                    str(b["connections_per_process"]),
+                    b["sink"],
+                    _num(b["messages_per_s"], 0),
+                ]
+                for b in base
+            ],
+        )
+    peers = ", ".join(f"{k} {v:,}/s" for k, v in PEERS_DRAIN_PER_S.items())
+    out += [f"Peers (20,000 queued jobs, one worker process, same machine): {peers}.", ""]
+    return out
+
+
+def _trigger_md(trigger: dict[str, Any] | None) -> list[str]:
+    if not trigger:
+        return []
+    out = [
+        "## The NOTIFY trigger's insert cost",
+        "",
+        f"Commits per second ({trigger['client']} clients, {trigger['seconds_per_run']:.0f} s "
+        f"runs, median of {trigger['rounds']} alternating rounds), a LISTEN connection "
+        "consuming the notifications. `request`: each transaction is what "
+        "request_verification sends; `insert`: one statement writing a verification and its "
+        "outbox row (the worst case).",
+        "",
+    ]
+    rows = [
+        [
+            r.get("workload", "insert"),
+            str(r["producers"]),
+            _num(r["commits_per_s_without_trigger"], 0),
+            _num(r["commits_per_s_with_trigger"], 0),
+            f"{r['overhead_pct']:.1f}%",
+        ]
+        for r in trigger["runs"]
+    ]
+    out += _table(["workload", "producers", "without trigger /s", "with trigger /s", "cost"], rows)
+    return out
+
+
+# -- plots -----------------------------------------------------------------------------------
+
+
+def _cdf(encoded: str) -> tuple[list[float], list[float]]:
+    from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
+
+    histogram = HdrHistogram.decode(encoded)
+    total = histogram.get_total_count()
+    xs: list[float] = []
+    ys: list[float] = []
+    seen = 0
+    for item in histogram.get_recorded_iterator():
+        seen += item.count_added_in_this_iter_step
+        # A log axis has no zero: values recorded as 0 are drawn at 1 us.
+        xs.append(max(item.value_iterated_to, 1) / 1000)
+        ys.append(seen / total)
+    return xs, ys
+
+
+def _short(profile: str) -> str:
+    """A profile name short enough for a bar label: "concurrency 200, batch 200" -> "c200 b200"."""
+    return " ".join(word[0] + number for word, number in re.findall(r"([a-z]+) (\d+)", profile))
+
+
+def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[Path] = []
+    latency = results.get("latency")
+    if latency:
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+        floor = latency["floor"]["commit_to_notification_ms"]
+        for ax, key, title in (
+            (axes[0], "commit_to_claim_ms", "commit -> claim"),
+            (axes[1], "commit_to_smtp_ms", "commit -> SMTP accepted"),
+        ):
+            if floor:
+                xs, ys = _cdf(floor["hdr"])
+                ax.step(xs, ys, where="post", color="black", linestyle="--", label="LISTEN floor")
+            for mode in latency["modes"]:
+                if mode[key]:
+                    xs, ys = _cdf(mode[key]["hdr"])
+                    ax.step(xs, ys, where="post", label=mode["mode"])
+            ax.set_xscale("log")
+            # Below 10 us there is nothing but the few samples recorded as 0 (see `negative`).
+            ax.set_xlim(left=0.01)
+            ax.set_xlabel("latency (ms, log scale)")
+            ax.set_title(title)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(loc="lower right")
+        axes[0].set_ylabel("fraction of deliveries")
+        fig.suptitle(f"Latency CDF at {latency['rate_per_s']:.0f}/s")
+        fig.tight_layout()
+        written.append(out_dir / LATENCY_PLOT)
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        names = [m["mode"] for m in latency["modes"]]
+        idle = [
+            m["idle"]["statements_per_s"] or m["idle"]["round_trips_per_s"]
+            for m in latency["modes"]
+        ]
+        load = [
+            m["load"]["statements_per_s"] or m["load"]["round_trips_per_s"]
+            for m in latency["modes"]
+        ]
+        positions = list(range(len(names)))
+        ax.bar([p - 0.2 for p in positions], idle, 0.4, label="idle")
+        ax.bar([p + 0.2 for p in positions], load, 0.4, label=f"{latency['rate_per_s']:.0f}/s")
+        ax.set_xticks(positions, names)
+        ax.set_yscale("log")
+        ax.set_ylabel("worker statements per second (log)")
+        ax.set_title("What each mode asks of PostgreSQL")
+        ax.legend()
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        written.append(out_dir / COST_PLOT)
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+
+    throughput = results.get("throughput")
+    if throughput:
+        labels: list[str] = []
+        values: list[float] = []
+        colors: list[str] = []
+        palette = {"null": "tab:blue", "smtp": "tab:orange", "bare": "tab:gray"}
+        for d in throughput["drains"]:
+            suffix = "" if d["profile"] == "defaults" else "\n" + _short(d["profile"])
+            labels.append(f"{d['transport']}\n{d['processes']} proc{suffix}")
+            values.append(d["deliveries_per_s"] or 0)
+            colors.append(palette[d["transport"]])
+        for b in throughput.get("smtp_baseline") or []:
+            labels.append(f"bare aiosmtplib\n{b['processes']} proc")
+            values.append(b["messages_per_s"])
+            colors.append(palette["bare"])
+        fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(labels)), 5))
+        bars = ax.bar(range(len(values)), values, color=colors)
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylabel("deliveries (messages) per second")
+        ax.set_title(
+            f"Draining {throughput['rows']:,} rows: null transport, SMTP sink, bare client"
+        )
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        written.append(out_dir / THROUGHPUT_PLOT)
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    """results.json, summary.md and the plots in `out_dir`; the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results["schema_version"] = SCHEMA_VERSION
+    results["targets"] = evaluate_targets(results)
+    json_path = out_dir / JSON_NAME
+    json_path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    summary = out_dir / SUMMARY_NAME
+    summary.write_text(markdown(results) + "\n", encoding="utf-8")
+    return [json_path, summary, *plot(results, out_dir)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Re-render a results.json's summary and plots.")
+    parser.add_argument("results", type=Path)
+    args = parser.parse_args(argv)
+    results = json.loads(args.results.read_text(encoding="utf-8"))
+    for path in write(results, args.results.parent):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
