@@ -208,10 +208,15 @@ class ClaimTrace:
 
 
 def record_claim_batch(
-    rows: list[Any], discovered_by: str, owner: str, started_ns: int, ended_ns: int
+    rows: list[Any], discovered_by: str, owner: str, started_ns: int, ended_ns: int, traced: bool
 ) -> ClaimTrace:
-    """A CLIENT span for one claim statement, linked to every row's creation context."""
-    if not tracing_enabled() or not rows:
+    """A CLIENT span for one claim statement, linked to every row's creation context.
+
+    `traced` is `tracing_enabled()` as the caller read it once: asking OpenTelemetry for the
+    provider reads the environment on every call while none is set, which cost a worker a
+    fifth of its time per delivery.
+    """
+    if not traced or not rows:
         return ClaimTrace(None, started_ns, ended_ns)
     links: list[Link] = []
     for row in rows:
@@ -238,14 +243,14 @@ def record_claim_batch(
 
 
 @contextmanager
-def process_span(row: Any, claim: ClaimTrace, owner: str) -> Iterator[Any]:
+def process_span(row: Any, claim: ClaimTrace, owner: str, traced: bool) -> Iterator[Any]:
     """One attempt at one row, continuing the trace of the request that created it.
 
     A CONSUMER span whose parent is the row's creation context (so every attempt of a
     verification sits in the verification's trace), linked to the batch claim span, with the
     row's claim as its first child.
     """
-    if not tracing_enabled():
+    if not traced:
         yield None
         return
     attributes = {
@@ -287,8 +292,9 @@ def process_span(row: Any, claim: ClaimTrace, owner: str) -> Iterator[Any]:
 
 @contextmanager
 def child_span(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
-    """A CLIENT span under the current one (send, settle), or nothing when tracing is off."""
-    if not tracing_enabled():
+    """A CLIENT span under the current one (send, settle); nothing under a span that is not
+    being recorded (tracing off), which is cheaper to ask than whether tracing is on."""
+    if not trace.get_current_span().is_recording():
         yield None
         return
     with tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:

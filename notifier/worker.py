@@ -46,6 +46,7 @@ from notifier.telemetry import (
     child_span,
     process_span,
     record_claim_batch,
+    tracing_enabled,
 )
 from notifier.tokens import TokenKeys, UnknownKeyError
 
@@ -139,6 +140,8 @@ class Worker:
             settings.batch_size,
         )
         self._flights: dict[int, _Flight] = {}
+        # Read once: OpenTelemetry reads the environment on every provider lookup.
+        self._traced = tracing_enabled()
         # A send may start only while this much of the lease is certainly left.
         self._usable_lease = settings.lease_seconds * (1 - LEASE_SAFETY_FRACTION)
         self._retries: list[tuple[float, int]] = []  # (monotonic due time, outbox id)
@@ -316,7 +319,9 @@ class Worker:
         sent_at = time.monotonic()
         started = time.time_ns()
         rows = await statement
-        claim = record_claim_batch(rows, discovered_by, self.owner, started, time.time_ns())
+        claim = record_claim_batch(
+            rows, discovered_by, self.owner, started, time.time_ns(), self._traced
+        )
         return [(row, _Claim(claim, sent_at)) for row in rows]
 
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
@@ -335,7 +340,7 @@ class Worker:
         assert row.lease_token is not None and self._slots is not None
         flight = _Flight(row, row.lease_token, claim.sent_at)
         self._flights[row.id] = flight
-        with process_span(row, claim.trace, self.owner) as span:
+        with process_span(row, claim.trace, self.owner, self._traced) as span:
             try:
                 completion = await self._attempt(flight)
             except anyio.get_cancelled_exc_class():
