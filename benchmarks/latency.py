@@ -24,7 +24,7 @@ import anyio
 from benchmarks.cluster import BenchDatabase, empty_tables
 from benchmarks.config import MODES, ModeSpec, RunConfig
 from benchmarks.cost import Meter, Usage, combine, usage
-from benchmarks.outbox import RowTimes, outbox_ids, row_times, wait_until_sent
+from benchmarks.outbox import RowTimes, outbox_ids, row_times, wait_until_done
 from benchmarks.processes import started
 from benchmarks.producer import Produced, insert_backlog, produce_steady
 from benchmarks.progress import RunProgress
@@ -244,15 +244,14 @@ async def _segment(ctx: _Run, spec: ModeSpec, round_number: int) -> _Segment:
             warmup = await produce_steady(
                 ctx.producer, rate=cfg.rate, seconds=cfg.warmup_seconds, tag=f"{name}-warmup"
             )
-            await wait_until_sent(ctx.monitor, len(warmup.commits), drain_timeout)
+            await wait_until_done(ctx.monitor, drain_timeout)
             before = await meter.snapshot()
             produced = await produce_steady(
                 ctx.producer, rate=cfg.rate, seconds=cfg.load_seconds, tag=name
             )
             after = await meter.snapshot()
             load = usage(before, after, other_transactions=len(produced.commits))
-            expected = len(warmup.commits) + len(produced.commits)
-            sent = await wait_until_sent(ctx.monitor, expected, drain_timeout)
+            sent = await wait_until_done(ctx.monitor, drain_timeout)
     # The workers and the sink have stopped: the sink's receipts are on disk.
     times = await row_times(ctx.monitor, list(produced.commits))
     return _Segment(idle, load, produced, sent - len(warmup.commits), times, _receipts(record))

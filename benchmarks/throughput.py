@@ -23,7 +23,7 @@ import anyio
 from benchmarks.cluster import BenchDatabase, empty_tables
 from benchmarks.config import RunConfig, ThroughputProfile, drain_budget
 from benchmarks.cost import Meter, usage
-from benchmarks.outbox import discovery_counts, drain_span, wait_until_sent
+from benchmarks.outbox import discovery_counts, drain_span, wait_until_done
 from benchmarks.processes import Child, started
 from benchmarks.producer import insert_backlog
 from benchmarks.progress import RunProgress
@@ -139,7 +139,7 @@ async def _drain(
             await anyio.sleep(config.settle_seconds)
             before = await meter.snapshot()
             committed_ns = await insert_backlog(monitor, rows, name)
-            sent = await wait_until_sent(monitor, rows, config.drain_timeout)
+            sent = await wait_until_done(monitor, config.drain_timeout)
             after = await meter.snapshot()
         span = await drain_span(monitor)
         discovered = await discovery_counts(monitor)
