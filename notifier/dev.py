@@ -32,7 +32,6 @@ from notifier.messages import Templates
 from notifier.runner import WorkerConfig, build_worker, http_server, listen, stop_on_signals
 from notifier.signals import Signals
 from notifier.telemetry import Telemetry, WorkerMetrics
-from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
 
 log = logging.getLogger(__name__)
@@ -86,15 +85,11 @@ async def run_dev(url: str, shown_database: str) -> None:
         tokens=tokens,
         templates=Templates.from_env(),
     )
-    limits = RequestSettings.from_env()
-    policy = Policy(
-        keys=TokenKeys(tokens.secrets),
-        ttl_seconds=tokens.ttl_seconds,
+    policy = Policy.from_settings(
+        tokens,
+        RequestSettings.from_env(),
         max_attempts=worker_config.worker.max_attempts,
         message_id_domain=smtp.id_domain,
-        idempotency_ttl=limits.idempotency_ttl,
-        resend_limit=limits.resend_limit,
-        resend_window=limits.resend_window,
     )
     sock = listen(api)
     telemetry = Telemetry.configure("notifier-dev", prometheus=True)

@@ -108,13 +108,27 @@ class Policy:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
         env = os.environ if env is None else env
-        tokens = TokenSettings.from_env(env)
-        limits = RequestSettings.from_env(env)
+        return cls.from_settings(
+            TokenSettings.from_env(env),
+            RequestSettings.from_env(env),
+            max_attempts=WorkerSettings.from_env(env).max_attempts,
+            message_id_domain=SmtpSettings.from_env(env).id_domain,
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        tokens: TokenSettings,
+        limits: RequestSettings,
+        *,
+        max_attempts: int,
+        message_id_domain: str,
+    ) -> Policy:
         return cls(
             keys=TokenKeys(tokens.secrets),
             ttl_seconds=tokens.ttl_seconds,
-            max_attempts=WorkerSettings.from_env(env).max_attempts,
-            message_id_domain=SmtpSettings.from_env(env).id_domain,
+            max_attempts=max_attempts,
+            message_id_domain=message_id_domain,
             idempotency_ttl=limits.idempotency_ttl,
             resend_limit=limits.resend_limit,
             resend_window=limits.resend_window,
