@@ -77,6 +77,17 @@ class Attempts(BaseModel):
     attempts: list[Attempt]
 
 
+class Suppression(BaseModel):
+    email: str
+    reason: str
+    smtp_code: int | None
+    suppressed_at: datetime
+
+
+class Suppressions(BaseModel):
+    suppressions: list[Suppression]
+
+
 class ConfirmIn(Strict):
     token: str = Field(min_length=1, max_length=TOKEN_MAX_CHARS)
 

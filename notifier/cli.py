@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -72,7 +73,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     settings = DatabaseSettings.from_env()
     with database_url(settings) as url:
         shown = "NOTIFIER_DATABASE_URL" if settings.url else f"embedded in {settings.data_dir}/"
-        anyio.run(run_dev, url, shown, backend="asyncio")
+        anyio.run(
+            functools.partial(run_dev, url, shown, allow_remote=args.allow_remote),
+            backend="asyncio",
+        )
     return 0
 
 
@@ -154,6 +158,79 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         return anyio.run(_cleanup, url, backend="asyncio")
 
 
+async def _keys(url: str, args: argparse.Namespace) -> int:
+    from notifier import apikeys
+
+    conn = await connect(url)
+    try:
+        if args.action == "create":
+            key = None
+            if args.key_from_env is not None:
+                key = os.environ.get(args.key_from_env, "").strip()
+                if not key:
+                    raise UsageError(f"{args.key_from_env} is unset or empty")
+            scopes = [s for given in args.scope or ["request"] for s in given.split(",") if s]
+            new = await apikeys.create(conn, args.name, scopes, key=key)
+            if key is None:
+                # The key alone on stdout, so `KEY=$(notifier keys create app)` works.
+                print(new.key)
+                print(f"created key {new.id} ({args.name}); it is shown only now", file=sys.stderr)
+            else:
+                print(f"key {new.id} ({args.name}) is registered")
+            return 0
+        if args.action == "revoke":
+            revoked_at = await apikeys.revoke(conn, args.id)
+            print(f"key {args.id} revoked at {revoked_at:%Y-%m-%d %H:%M:%S %Z}")
+            return 0
+        rows = await apikeys.listing(conn)
+        if args.json:
+            import orjson
+
+            print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+            return 0
+        for row in rows:
+            used = f"{row['last_used_at']:%Y-%m-%d %H:%M}" if row["last_used_at"] else "never"
+            state = f"revoked {row['revoked_at']:%Y-%m-%d %H:%M}" if row["revoked_at"] else "live"
+            print(
+                f"{row['id']}\t{row['name']}\t{','.join(row['scopes'])}\t"
+                f"created {row['created_at']:%Y-%m-%d %H:%M}\tlast used {used}\t{state}"
+            )
+        if not rows:
+            print("no API keys: create one with `notifier keys create NAME --scope request`")
+        return 0
+    finally:
+        await conn.close()
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from notifier import apikeys
+
+    if args.action == "generate":
+        print(apikeys.generate().key)
+        return 0
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_keys, url, args, backend="asyncio")
+
+
+async def _grants(url: str, role: str) -> int:
+    from notifier.queries import sql
+
+    conn = await connect(url)
+    try:
+        if not await conn.fetchval(sql("role_exists"), role):
+            raise UsageError(f"no role named {role!r}: create it first (CREATE ROLE ... LOGIN)")
+        await conn.execute(sql("grant_runtime"), role)
+    finally:
+        await conn.close()
+    print(f"granted {role} what api, worker, stats and cleanup need")
+    return 0
+
+
+def cmd_grants(args: argparse.Namespace) -> int:
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_grants, url, args.role, backend="asyncio")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
@@ -180,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev = commands.add_parser(
         "dev", help="everything in one process: embedded database, API, worker, dev inbox"
     )
+    dev.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="bind non-loopback addresses (NOTIFIER_API_HOST/NOTIFIER_PUBLIC_HOST) too: the "
+        "inbox then shows every live link to whoever can reach it",
+    )
     dev.set_defaults(handler=cmd_dev)
 
     stats = commands.add_parser(
@@ -203,6 +286,50 @@ def build_parser() -> argparse.ArgumentParser:
     suppressions.add_argument("action", choices=["list", "clear"])
     suppressions.add_argument("address", nargs="?", help="the address to clear")
     suppressions.set_defaults(handler=cmd_suppressions)
+
+    keys = commands.add_parser(
+        "keys",
+        help="API keys for the internal API: create (shown once), list, revoke, generate",
+        description="API keys for the internal API. The database keeps only a hash of each.",
+    )
+    key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = key_actions.add_parser(
+        "create",
+        help="create a key and print it (once)",
+        description="Create an API key and print it on stdout; only its hash is kept.",
+    )
+    create.add_argument("name", help="who the key is for (e.g. the app's name)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        metavar="SCOPE",
+        help="request, read, admin or metrics; repeat or comma-separate (default: request)",
+    )
+    create.add_argument(
+        "--key-from-env",
+        metavar="VARIABLE",
+        help="register the key held in this environment variable (made with `notifier keys "
+        "generate`) instead of a new one; registering it again is a no-op (for deployments)",
+    )
+    listing = key_actions.add_parser("list", help="every key: id, name, scopes, use, state")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    revoke = key_actions.add_parser(
+        "revoke", help="revoke a key; requests with it fail within a second"
+    )
+    revoke.add_argument("id", help="the key's id (the 12 hex digits after nfk_)")
+    key_actions.add_parser(
+        "generate", help="print a new key without storing it (for a deployment's secret)"
+    )
+    keys.set_defaults(handler=cmd_keys)
+
+    grants = commands.add_parser(
+        "grants",
+        help="give an existing database role what api, worker, stats and cleanup need",
+        description="Least privilege: run migrations as the schema's owner, and everything "
+        "else as a role this command grants (run it as the owner, after `notifier migrate`).",
+    )
+    grants.add_argument("role", help="the runtime role, e.g. notifier_runtime")
+    grants.set_defaults(handler=cmd_grants)
     return parser
 
 

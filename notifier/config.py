@@ -317,8 +317,9 @@ class TokenSettings:
     secrets: tuple[str, ...] = ()
     # NOTIFIER_TOKEN_TTL: seconds a verification link stays valid (independent of leases).
     ttl_seconds: float = 3600.0
-    # NOTIFIER_PUBLIC_URL: where users reach the API; links are built as {url}/verify?token=...
-    public_url: str = "http://127.0.0.1:8000"
+    # NOTIFIER_PUBLIC_URL: where people reach the public listener (through the reverse
+    # proxy in front of it); links are built as {url}/verify?token=...
+    public_url: str = "http://127.0.0.1:8001"
 
     @classmethod
     def from_env(cls, env: Env | None = None, *, required: bool = True) -> TokenSettings:
@@ -379,25 +380,58 @@ class RequestSettings:
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
-    """Where the HTTP API listens, and what it accepts."""
+    """Where the two HTTP listeners listen, and what one client can hold of them."""
 
-    # NOTIFIER_API_HOST / NOTIFIER_API_PORT: the address `notifier api` binds.
+    # NOTIFIER_API_HOST / NOTIFIER_API_PORT: the internal API (/v1/*, /metrics, /docs), for
+    # the app backend, operators and Prometheus; every route but the probes needs a key.
+    # Never expose it to the internet.
     host: str = "127.0.0.1"
     port: int = 8000
+    # NOTIFIER_PUBLIC_HOST / NOTIFIER_PUBLIC_PORT: the public pages an emailed link opens
+    # (/verify, /verify/resend, the JSON confirm) and nothing else; the one port to expose,
+    # behind a reverse proxy. NOTIFIER_PUBLIC_URL is where people reach it.
+    public_host: str = "127.0.0.1"
+    public_port: int = 8001
     # NOTIFIER_MAX_BODY_BYTES: larger request bodies are refused with 413.
     max_body_bytes: int = 16 * 1024
+    # NOTIFIER_HTTP_BODY_TIMEOUT: seconds a client gets to send each part of a request body
+    # before it is answered 408 (a trickled body would hold a database connection).
+    body_timeout: float = 10.0
+    # NOTIFIER_HTTP_KEEPALIVE_TIMEOUT: seconds an idle kept-alive connection stays open.
+    keepalive_timeout: int = 5
+    # NOTIFIER_HTTP_LIMIT_CONCURRENCY: connections plus requests in progress each listener
+    # takes on; beyond it, new requests get 503 at once instead of queueing without bound.
+    limit_concurrency: int = 1000
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> ApiSettings:
         env = os.environ if env is None else env
         d = cls()
-        return cls(
+        settings = cls(
             host=_read(env, "NOTIFIER_API_HOST", _text, d.host),
             port=_read(env, "NOTIFIER_API_PORT", _integer(1, 65535), d.port),
+            public_host=_read(env, "NOTIFIER_PUBLIC_HOST", _text, d.public_host),
+            public_port=_read(env, "NOTIFIER_PUBLIC_PORT", _integer(1, 65535), d.public_port),
             max_body_bytes=_read(
                 env, "NOTIFIER_MAX_BODY_BYTES", _integer(256, 1024 * 1024), d.max_body_bytes
             ),
+            body_timeout=_read(
+                env, "NOTIFIER_HTTP_BODY_TIMEOUT", _seconds(0.1, 600), d.body_timeout
+            ),
+            keepalive_timeout=_read(
+                env, "NOTIFIER_HTTP_KEEPALIVE_TIMEOUT", _integer(1, 600), d.keepalive_timeout
+            ),
+            limit_concurrency=_read(
+                env, "NOTIFIER_HTTP_LIMIT_CONCURRENCY", _integer(1, 1_000_000), d.limit_concurrency
+            ),
         )
+        if (settings.host, settings.port) == (settings.public_host, settings.public_port):
+            raise ConfigError(
+                "NOTIFIER_PUBLIC_PORT",
+                "the public listener needs an address of its own, not the internal API's "
+                f"({settings.host}:{settings.port})",
+            )
+        return settings
 
 
 @dataclass(frozen=True, slots=True)

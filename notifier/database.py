@@ -56,6 +56,17 @@ UNREACHABLE = (
 )
 
 
+# What a database that went away looks like to a statement on a pooled connection: the
+# request never got an answer, so it is worth retrying (an HTTP request answers 503).
+UNREACHABLE_MIDWAY: tuple[type[Exception], ...] = (
+    *UNREACHABLE,
+    asyncpg.InterfaceError,
+    # What asyncpg raises, about half the time, for a pooled connection the server has just
+    # closed (restart, failover, idle killer): the request never reached the server.
+    asyncpg.InternalClientError,
+)
+
+
 async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     """A single connection outside any pool (migrations, the LISTEN connection)."""
     try:

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
+from notifier.access import access
 from notifier.pages import PAGE_HEADERS
 
 # Captured messages kept; older ones are forgotten.
@@ -91,7 +92,9 @@ class Inbox:
     def routes(self, app: FastAPI) -> None:
         """Add /dev/inbox (the list), /dev/inbox/{n} (one message) and /dev/inbox.json."""
 
-        @app.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False)
+        @app.get(
+            "/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **access("open")
+        )
         async def inbox_page() -> HTMLResponse:
             rows = "".join(
                 f"<tr><td>{m.received_at:%H:%M:%S}</td><td>{escape(', '.join(m.recipients))}</td>"
@@ -105,7 +108,12 @@ class Inbox:
                 f"{empty}<table><tr><th>Time</th><th>To</th><th>Subject</th></tr>{rows}</table>",
             )
 
-        @app.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False)
+        @app.get(
+            "/dev/inbox/{number}",
+            response_class=HTMLResponse,
+            include_in_schema=False,
+            **access("open"),
+        )
         async def message_page(number: int) -> HTMLResponse:
             message = self.find(number)
             if message is None:
@@ -123,7 +131,7 @@ class Inbox:
                 '<p><a href="/dev/inbox">Back to the inbox</a></p>',
             )
 
-        @app.get("/dev/inbox.json", include_in_schema=False)
+        @app.get("/dev/inbox.json", include_in_schema=False, **access("open"))
         async def inbox_json() -> list[dict[str, Any]]:
             return [
                 {

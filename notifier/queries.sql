@@ -22,26 +22,31 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: lock_request
--- $1: idempotency key (or NULL), $2: user id, $3: email. Serialises requests that could
--- race on one key, one user's throttle or one address's throttle, until this transaction
--- ends. Always taken in this order (key, user, address), so two requests cannot deadlock;
--- a NULL key takes no lock (the function is strict).
-SELECT pg_advisory_xact_lock(hashtextextended('notifier.idempotency:' || $1, 0)),
+-- $1: idempotency key (or NULL), $2: user id, $3: email, $4: client id (or NULL).
+-- Serialises requests that could race on one client's key, one user's throttle or one
+-- address's throttle, until this transaction ends. Always taken in this order (key, user,
+-- address), so two requests cannot deadlock; a NULL key takes no lock (the function is
+-- strict).
+SELECT pg_advisory_xact_lock(
+           hashtextextended('notifier.idempotency:' || coalesce($4, '') || ':' || $1, 0)),
        pg_advisory_xact_lock(hashtextextended('notifier.user:' || $2, 0)),
        pg_advisory_xact_lock(hashtextextended('notifier.email:' || $3, 0));
 
 -- name: forget_expired_idempotency_key
--- $1: idempotency key, $2: key lifetime (seconds). An expired key may be used again.
+-- $1: idempotency key, $2: key lifetime (seconds), $3: client id (or NULL). An expired key
+-- may be used again by the same client.
 UPDATE notifier.verifications
 SET idempotency_key = NULL, request_fingerprint = NULL
-WHERE idempotency_key = $1 AND created_at <= now() - make_interval(secs => $2);
+WHERE coalesce(client_id, '') = coalesce($3, '') AND idempotency_key = $1
+  AND created_at <= now() - make_interval(secs => $2);
 
 -- name: find_by_idempotency_key
--- $1: idempotency key. The request that key already produced, with its delivery status.
+-- $1: idempotency key, $2: client id (or NULL). The request that client's key already
+-- produced, with its delivery status.
 SELECT v.id, v.request_fingerprint, v.expires_at, o.status
 FROM notifier.verifications v
 JOIN notifier.email_outbox o ON o.verification_id = v.id
-WHERE v.idempotency_key = $1;
+WHERE coalesce(v.client_id, '') = coalesce($2, '') AND v.idempotency_key = $1;
 
 -- name: suppression_of
 -- $1: email. Why the address is suppressed, or no row.
@@ -69,15 +74,17 @@ FROM per_key;
 -- name: insert_verification
 -- $1: verification id, $2: user id, $3: email, $4: purpose, $5: token key id, $6: token nonce,
 -- $7: token hash, $8: lifetime (seconds), $9: Message-ID, $10: max attempts,
--- $11: traceparent, $12: tracestate, $13: idempotency key, $14: request fingerprint.
+-- $11: traceparent, $12: tracestate, $13: idempotency key, $14: request fingerprint,
+-- $15: client id (or NULL).
 -- One statement, so a request costs one round trip inside the caller's transaction; the
 -- outbox insert fires the NOTIFY trigger. No row back: another request took the key first.
 WITH verification AS (
     INSERT INTO notifier.verifications
         (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at,
-         idempotency_key, request_fingerprint)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+         idempotency_key, request_fingerprint, client_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14, $15)
+    ON CONFLICT ((coalesce(client_id, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
     RETURNING id, expires_at, created_at
 ), outbox AS (
     INSERT INTO notifier.email_outbox
@@ -115,7 +122,7 @@ WITH confirmed AS (
       AND expires_at > now()
     RETURNING id, token_hash, verified_at
 )
-SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose,
+SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose, v.client_id,
        coalesce(c.verified_at, v.verified_at) AS verified_at,
        v.superseded_at, v.expires_at, v.expires_at <= now() AS expired,
        c.id IS NOT NULL AS confirmed_now
@@ -125,8 +132,8 @@ WHERE v.token_hash = $1;
 
 -- name: token_state
 -- $1: token hash. What a link would do, changing nothing (GET must never confirm).
-SELECT id, token_hash, user_id, email, purpose, verified_at, superseded_at, expires_at,
-       expires_at <= now() AS expired, false AS confirmed_now
+SELECT id, token_hash, user_id, email, purpose, client_id, verified_at, superseded_at,
+       expires_at, expires_at <= now() AS expired, false AS confirmed_now
 FROM notifier.verifications
 WHERE token_hash = $1;
 
@@ -156,6 +163,47 @@ ORDER BY suppressed_at DESC;
 -- name: clear_suppression
 -- $1: email. Returns the address if it was suppressed.
 DELETE FROM notifier.suppressed_addresses WHERE email = $1 RETURNING email;
+
+-- name: api_key_insert
+-- $1: key id, $2: name, $3: scopes, $4: SHA-256 of the key. No row back: the id is taken.
+INSERT INTO notifier.api_keys (id, name, scopes, secret_hash)
+VALUES ($1, $2, $3::notifier.api_scope[], $4)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, name, scopes::text[] AS scopes, created_at;
+
+-- name: api_key_by_id
+-- $1: key id. What authenticating a request needs; no row: no such key.
+SELECT id, name, scopes::text[] AS scopes, secret_hash, revoked_at IS NOT NULL AS revoked
+FROM notifier.api_keys
+WHERE id = $1;
+
+-- name: api_keys
+-- No parameters. Every key, newest first; never the hash.
+SELECT id, name, scopes::text[] AS scopes, created_at, last_used_at, revoked_at
+FROM notifier.api_keys
+ORDER BY created_at DESC, id;
+
+-- name: api_key_revoke
+-- $1: key id. Returns whether the key existed; revoking twice keeps the first time.
+UPDATE notifier.api_keys SET revoked_at = coalesce(revoked_at, now())
+WHERE id = $1
+RETURNING id, revoked_at;
+
+-- name: api_keys_used
+-- $1: key ids, $2: when each was last seen (timestamptz[]). Batched by the API, so a busy
+-- client costs one write every few seconds, not one per request.
+UPDATE notifier.api_keys k
+SET last_used_at = greatest(k.last_used_at, u.seen)
+FROM unnest($1::text[], $2::timestamptz[]) AS u(id, seen)
+WHERE k.id = u.id;
+
+-- name: role_exists
+-- $1: role name.
+SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1);
+
+-- name: grant_runtime
+-- $1: an existing role. Gives it what api, worker, stats and cleanup need, nothing more.
+SELECT notifier.grant_runtime_v1($1);
 
 -- name: ready
 -- No parameters. The database answers.

@@ -83,3 +83,22 @@ class TokenKeys:
             raise UnknownKeyError(kid)
         mac = hmac.new(secret, _CONTEXT + verification_id.bytes + nonce, hashlib.sha256).digest()
         return f"{kid}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+    def sign(self, context: bytes, data: bytes) -> str:
+        """`<key id>.<MAC>` of `data` for one `context`, under the newest secret.
+
+        For things the server hands out and must recognise later (a console session), never
+        for verification tokens, whose MAC is bound to its own context.
+        """
+        return f"{self.current_key_id}.{self._mac(self.current_key_id, context, data)}"
+
+    def verify(self, context: bytes, data: bytes, signature: str) -> bool:
+        """Whether `signature` is `sign(context, data)` under any configured secret."""
+        kid, _, mac = signature.partition(".")
+        if kid not in self._by_id:
+            return False
+        return hmac.compare_digest(self._mac(kid, context, data), mac)
+
+    def _mac(self, kid: str, context: bytes, data: bytes) -> str:
+        digest = hmac.new(self._by_id[kid], context + b"\x00" + data, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()

@@ -213,12 +213,15 @@ async def request_verification(
     policy: Policy | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
+    client_id: str | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn`.
 
     Nothing is sent unless that transaction commits: the worker is notified at COMMIT, and a
     rollback leaves nothing behind. Raises InvalidRequest, IdempotencyConflict, Throttled or
     Suppressed without writing anything. `policy` defaults to one read from the environment.
+    `client_id` is the API key that asked (None: the application's own code); idempotency
+    keys are scoped to it, so two clients using the same key never collide.
     """
     request = VerificationRequest.parse(user_id, email, purpose)
     if idempotency_key is not None:
@@ -226,12 +229,17 @@ async def request_verification(
     policy = policy or _env_policy()
     # A savepoint inside the caller's transaction, or a transaction of its own.
     async with conn.transaction():
-        await conn.execute(sql("lock_request"), idempotency_key, request.user_id, request.email)
+        await conn.execute(
+            sql("lock_request"), idempotency_key, request.user_id, request.email, client_id
+        )
         if idempotency_key is not None:
             await conn.execute(
-                sql("forget_expired_idempotency_key"), idempotency_key, policy.idempotency_ttl
+                sql("forget_expired_idempotency_key"),
+                idempotency_key,
+                policy.idempotency_ttl,
+                client_id,
             )
-            replay = await _replay(conn, idempotency_key, request)
+            replay = await _replay(conn, idempotency_key, client_id, request)
             if replay is not None:
                 return replay
         if await conn.fetchrow(sql("suppression_of"), request.email) is not None:
@@ -259,6 +267,7 @@ async def request_verification(
                 traceparent,
                 tracestate,
                 idempotency_key,
+                client_id,
             )
             if span is not None and row is not None:
                 span.set_attribute("messaging.message.id", str(row["outbox_id"]))
@@ -281,6 +290,7 @@ async def _insert(
     traceparent: str | None,
     tracestate: str | None,
     idempotency_key: str | None,
+    client_id: str | None,
 ) -> Any:
     return await conn.fetchrow(
         sql("insert_verification"),
@@ -298,11 +308,14 @@ async def _insert(
         tracestate,
         idempotency_key,
         request.fingerprint() if idempotency_key is not None else None,
+        client_id,
     )
 
 
-async def _replay(conn: Any, key: str, request: VerificationRequest) -> VerificationResult | None:
-    existing = await conn.fetchrow(sql("find_by_idempotency_key"), key)
+async def _replay(
+    conn: Any, key: str, client_id: str | None, request: VerificationRequest
+) -> VerificationResult | None:
+    existing = await conn.fetchrow(sql("find_by_idempotency_key"), key, client_id)
     if existing is None:
         return None
     if bytes(existing["request_fingerprint"]) != request.fingerprint():
@@ -335,6 +348,8 @@ class Confirmation:
     user_id: str | None = None
     email: str | None = None
     purpose: str | None = None
+    # The client that requested it: a fresh link from its page counts against that client.
+    client_id: str | None = None
 
 
 async def confirm(conn: Any, token: str, *, apply: bool) -> Confirmation:
@@ -348,7 +363,12 @@ async def confirm(conn: Any, token: str, *, apply: bool) -> Confirmation:
     row = await conn.fetchrow(sql("confirm_token" if apply else "token_state"), token_hash)
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), token_hash):
         return Confirmation("invalid")
-    recipient = {"user_id": row["user_id"], "email": row["email"], "purpose": row["purpose"]}
+    recipient = {
+        "user_id": row["user_id"],
+        "email": row["email"],
+        "purpose": row["purpose"],
+        "client_id": row["client_id"],
+    }
     if row["confirmed_now"]:
         return Confirmation("verified", row["id"], **recipient)
     if row["verified_at"] is not None:

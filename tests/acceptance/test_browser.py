@@ -20,6 +20,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from tests.support.apps import bearer
 from tests.support.cli import running_cli
 
 pytestmark = pytest.mark.anyio
@@ -78,26 +79,35 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
 
 
 @pytest.fixture
-async def dev_url(
+async def dev_ready_line(
     database_url: str, free_tcp_port_factory: Callable[[], int], tmp_path: Path
 ) -> AsyncIterator[str]:
-    """The address of `notifier dev` on this test's database, once it says it is ready."""
+    """What `notifier dev` on this test's database prints once it is ready."""
     env = {
         "NOTIFIER_DATABASE_URL": database_url,
         "NOTIFIER_API_PORT": str(free_tcp_port_factory()),
+        "NOTIFIER_PUBLIC_PORT": str(free_tcp_port_factory()),
         "NOTIFIER_DATA_DIR": str(tmp_path / "dev-data"),
     }
     async with running_cli("dev", env=env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT_SECONDS):
-            line = await cli.wait_for_line(READY, stream="stdout")
-        announced = re.search(r"API (\S+)", line)
-        assert announced, line
-        yield announced.group(1)
+            yield await cli.wait_for_line(READY, stream="stdout")
 
 
 @pytest.fixture
-async def api(dev_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=dev_url) as client:
+def dev_url(dev_ready_line: str) -> str:
+    """The internal API's address (the inbox is there too)."""
+    announced = re.search(r"API (\S+) \(key (nfk_\S+)\)", dev_ready_line)
+    assert announced, dev_ready_line
+    return announced.group(1)
+
+
+@pytest.fixture
+async def api(dev_url: str, dev_ready_line: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The internal API with the dev key that `notifier dev` printed."""
+    key = re.search(r"\(key (nfk_\S+)\)", dev_ready_line)
+    assert key, dev_ready_line
+    async with httpx.AsyncClient(base_url=dev_url, headers=bearer(key.group(1))) as client:
         yield client
 
 
