@@ -145,7 +145,7 @@ class BodyGuard:
                 raise
             await self._refuse(scope, send, exc)
 
-    async def _refuse(self, scope: Scope, send: Send, exc: Exception) -> None:
+    async def _refuse(self, scope: Scope, send: Send, exc: BaseException) -> None:
         if isinstance(exc, _TooSlow):
             response = error(
                 408, "request_timeout", f"the request body did not arrive within {self.timeout:g}s"
