@@ -13,7 +13,7 @@ reads: a form that changes something must carry a bearer key or a CSRF token.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal
 
 from fastapi import Request, Response
@@ -91,6 +91,19 @@ class ScopedRoute(APIRoute):
             return await handler(request)
 
         return guarded
+
+
+def routes(app: Any) -> Iterator[Any]:
+    """Every route an app answers, through included routers (FastAPI includes them lazily,
+    as wrappers that keep the router they came from)."""
+    pending = list(app.routes)
+    while pending:
+        route = pending.pop(0)
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            pending[:0] = included.routes
+        else:
+            yield route
 
 
 def unauthorized(message: str | None = None) -> Response:

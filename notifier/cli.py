@@ -68,15 +68,17 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from notifier.dev import run_dev
+    from notifier.config import ApiSettings
+    from notifier.dev import refuse_remote, run_dev
+    from notifier.runner import bind_listeners
 
-    settings = DatabaseSettings.from_env()
+    settings, api = DatabaseSettings.from_env(), ApiSettings.from_env()
+    refuse_remote(api, args.allow_remote)
+    # Bound first: a taken port is reported before an embedded cluster is built or started.
+    sockets = bind_listeners(api)
     with database_url(settings) as url:
         shown = "NOTIFIER_DATABASE_URL" if settings.url else f"embedded in {settings.data_dir}/"
-        anyio.run(
-            functools.partial(run_dev, url, shown, allow_remote=args.allow_remote),
-            backend="asyncio",
-        )
+        anyio.run(functools.partial(run_dev, url, shown, api, sockets), backend="asyncio")
     return 0
 
 

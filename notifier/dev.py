@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +35,6 @@ from notifier.mailer import SmtpTransport
 from notifier.messages import Templates
 from notifier.runner import (
     WorkerConfig,
-    bind_listeners,
     build_worker,
     http_listeners,
     keep_key_usage,
@@ -100,10 +100,15 @@ def refuse_remote(api: ApiSettings, allow_remote: bool) -> None:
             )
 
 
-async def run_dev(url: str, shown_database: str, *, allow_remote: bool = False) -> None:
+async def run_dev(
+    url: str,
+    shown_database: str,
+    api: ApiSettings,
+    sockets: tuple[socket.socket, socket.socket],
+) -> None:
+    """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
+    (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
     database = DatabaseSettings.from_env()
-    api = ApiSettings.from_env()
-    refuse_remote(api, allow_remote)
     env_tokens = TokenSettings.from_env(required=False)
     public_url = (
         os.environ.get("NOTIFIER_PUBLIC_URL") or f"http://{api.public_host}:{api.public_port}"
@@ -114,7 +119,6 @@ async def run_dev(url: str, shown_database: str, *, allow_remote: bool = False) 
         public_url=public_url.rstrip("/"),
     )
     key = dev_key(database.data_dir)
-    sockets = bind_listeners(api)
     conn = await connect(url)
     try:
         await migrations.migrate(conn)
