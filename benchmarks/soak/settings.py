@@ -101,11 +101,13 @@ class SoakSettings:
             "NOTIFIER_LISTENER_CHECK_TIMEOUT": f"{self.listener_check_timeout:g}",
         }
 
-    def api_env(self, database_url: str, port: int) -> dict[str, str]:
+    def api_env(self, database_url: str, port: int, public_port: int) -> dict[str, str]:
         return {
             **self.common_env(database_url),
             "NOTIFIER_API_HOST": "127.0.0.1",
             "NOTIFIER_API_PORT": str(port),
+            "NOTIFIER_PUBLIC_HOST": "127.0.0.1",
+            "NOTIFIER_PUBLIC_PORT": str(public_port),
         }
 
     def common_env(self, database_url: str) -> dict[str, str]:
