@@ -116,3 +116,20 @@ async def test_the_runtime_role_cannot_change_the_schema_keys_or_history(
             await conn.execute(statement)
     finally:
         await conn.close()
+
+
+# Tables only the owner touches: the ledger of roles to re-grant.
+OWNER_ONLY = {"runtime_roles"}
+
+
+async def test_every_table_a_migration_adds_reaches_the_runtime_role(
+    runtime_url: str, db: asyncpg.Connection
+) -> None:
+    role = urlsplit(runtime_url).username
+    ungranted = await db.fetch(
+        """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'notifier' AND c.relkind IN ('r', 'p')
+             AND NOT has_table_privilege($1, c.oid, 'SELECT')""",
+        role,
+    )
+    assert {r["relname"] for r in ungranted} == OWNER_ONLY
