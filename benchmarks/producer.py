@@ -7,6 +7,7 @@ COMMIT has returned: the start of every latency this run reports.
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from notifier.tokens import TokenKeys
 from notifier.verifications import Policy, request_verification
 
 # The workers derive each link's token from this (NOTIFIER_TOKEN_SECRET).
-TOKEN_SECRET = "benchmark-token-secret-not-for-production-0123456789"
+TOKEN_SECRET = secrets.token_urlsafe(32)
 MESSAGE_ID_DOMAIN = "bench.example.com"
 MAIL_FROM = f"notifier@{MESSAGE_ID_DOMAIN}"
 # Recipients are unique per request, so supersession and throttling never interfere.

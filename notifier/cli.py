@@ -138,20 +138,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 async def _cleanup(url: str) -> int:
-    from notifier.config import RetentionSettings
+    from notifier.config import RequestSettings, RetentionSettings
     from notifier.database import create_pool
     from notifier.maintenance import cleanup
 
-    settings = RetentionSettings.from_env()
+    settings, window = RetentionSettings.from_env(), RequestSettings.from_env().resend_window
     pool = await create_pool(url, max_size=1)
     try:
-        report = await cleanup(pool, settings)
+        report = await cleanup(pool, settings, window)
     finally:
         await pool.close()
     if report.skipped:
         print("another process is cleaning up; nothing done")
         return 0
-    print(f"scrubbed {report.scrubbed} addresses, deleted {report.deleted} finished deliveries")
+    print(
+        f"scrubbed {report.scrubbed} addresses, deleted {report.deleted} finished deliveries, "
+        f"expired {report.suppressions_expired} suppressions"
+    )
     return 0
 
 

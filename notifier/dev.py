@@ -109,7 +109,7 @@ async def run_dev(
     """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
     (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
     database = DatabaseSettings.from_env()
-    env_tokens = TokenSettings.from_env(required=False)
+    env_tokens = TokenSettings.from_env(required=False, strict=False)
     public_url = (
         os.environ.get("NOTIFIER_PUBLIC_URL") or f"http://{api.public_host}:{api.public_port}"
     )

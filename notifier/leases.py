@@ -114,6 +114,8 @@ class Completion:
     claimed_at: datetime | None = None
     # Seconds the SMTP exchange took (for metrics; not stored).
     smtp_seconds: float | None = None
+    # A permanent refusal the recipient's mailbox caused: suppress the mailbox.
+    suppress: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +135,13 @@ class Leases:
     completions from many tasks never wait on each other's transactions.
     """
 
-    def __init__(self, pool: Any, owner: str, lease_seconds: float) -> None:
+    def __init__(
+        self, pool: Any, owner: str, lease_seconds: float, suppression_ttl: float = 30 * 86400.0
+    ) -> None:
         self.pool = pool
         self.owner = owner
         self.lease_seconds = lease_seconds
+        self.suppression_ttl = suppression_ttl
 
     async def claim_ids(self, ids: Sequence[int], discovered_by: Discovery) -> list[Claimed]:
         rows = await self.pool.fetch(
@@ -185,6 +190,8 @@ class Leases:
             self.owner,
             unknown_outcome_limit,
             [x.claimed_at for x in c],
+            [x.suppress for x in c],
+            self.suppression_ttl,
         )
         by_id = {r["id"]: r for r in rows}
         return [

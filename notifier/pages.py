@@ -101,11 +101,19 @@ def resent_page() -> str:
     )
 
 
-def resend_refused_page(message: str) -> str:
+def resend_refused_page() -> str:
     return _page(
         "Cannot send a new link",
         "<h1 id=outcome data-outcome=refused>We cannot send a new link right now</h1>"
-        f"<p>{escape(message)}</p>",
+        "<p>Please try again later, or start again from the app.</p>",
+    )
+
+
+def too_old_page() -> str:
+    return _page(
+        "Link too old",
+        "<h1 id=outcome data-outcome=too_old>This link is too old</h1>"
+        "<p>It can no longer be renewed. Please start again from the app.</p>",
     )
 
 

@@ -20,7 +20,7 @@ from notifier.access import ScopedRoute, access
 from notifier.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
 from notifier.responses import OrjsonResponse, html
 from notifier.telemetry import ServerSpans
-from notifier.verifications import RequestError, Throttled, confirm, request_verification
+from notifier.verifications import RequestError, confirm, request_verification
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,
@@ -90,9 +90,11 @@ def _links() -> APIRouter:
         summary="The page an emailed link opens",
         **access("open"),
     )
-    async def verify_page(conn: Conn, token: Annotated[str, Query()] = "") -> HTMLResponse:
+    async def verify_page(
+        conn: Conn, svc: Svc, token: Annotated[str, Query()] = ""
+    ) -> HTMLResponse:
         # Changes nothing: mail scanners prefetch links.
-        result = await confirm(conn, token, apply=False)
+        result = await confirm(conn, token, apply=False, keys=svc.policy.keys)
         return _outcome_page(result.outcome, token, result.superseded)
 
     @router.post(
@@ -102,8 +104,8 @@ def _links() -> APIRouter:
         summary="The Confirm button",
         **access("open"),
     )
-    async def verify_submit(conn: Conn, token: FormToken = "") -> HTMLResponse:
-        result = await confirm(conn, token, apply=True)
+    async def verify_submit(conn: Conn, svc: Svc, token: FormToken = "") -> HTMLResponse:
+        result = await confirm(conn, token, apply=True, keys=svc.policy.keys)
         return _outcome_page(result.outcome, token, result.superseded)
 
     @router.post(
@@ -113,8 +115,8 @@ def _links() -> APIRouter:
             **html_pages(
                 {
                     202: "A new link is on its way.",
-                    409: "No new link can be sent to this address.",
-                    429: "Too many links were sent lately; try again later.",
+                    410: "The link is too old to renew; start again from the app.",
+                    429: "No new link can be sent now (the same answer for every reason).",
                 }
             ),
             **_LINK_PAGES,
@@ -124,11 +126,13 @@ def _links() -> APIRouter:
         **access("open"),
     )
     async def verify_resend(conn: Conn, svc: Svc, token: FormToken = "") -> HTMLResponse:
-        result = await confirm(conn, token, apply=False)
-        # An expired link, or one the first press of this button already replaced.
-        renewable = result.outcome == "expired" or result.superseded
-        if not renewable or result.user_id is None or result.email is None:
+        result = await confirm(conn, token, apply=False, keys=svc.policy.keys)
+        if result.outcome != "expired" and not result.superseded:
+            # A live link, or one that cannot be used: the page that link shows.
             return _outcome_page(result.outcome, token, result.superseded)
+        if not result.renewable(svc.policy.resend_horizon):
+            return html(pages.too_old_page(), 410)
+        assert result.user_id is not None and result.email is not None
         # One fresh link per expired link, however often the button is pressed.
         key = "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
         try:
@@ -141,12 +145,10 @@ def _links() -> APIRouter:
                 policy=svc.policy,
                 client_id=result.client_id,
             )
-        except Throttled as exc:
-            refused = html(pages.resend_refused_page(str(exc)), 429)
-            refused.headers["Retry-After"] = str(exc.retry_after)
-            return refused
-        except RequestError as exc:
-            return html(pages.resend_refused_page(str(exc)), 409)
+        except RequestError:
+            # The same answer whatever the reason (throttled, suppressed, ...): whoever
+            # holds a link learns nothing about the address beyond it.
+            return html(pages.resend_refused_page(), 429)
         return html(pages.resent_page(), 202)
 
     @router.post(
@@ -161,8 +163,8 @@ def _links() -> APIRouter:
         summary="Confirm a verification token (for JSON clients)",
         **access("open"),
     )
-    async def confirm_json(body: ConfirmIn, conn: Conn) -> Any:
-        result = await confirm(conn, body.token, apply=True)
+    async def confirm_json(body: ConfirmIn, conn: Conn, svc: Svc) -> Any:
+        result = await confirm(conn, body.token, apply=True, keys=svc.policy.keys)
         outcome = result.outcome if result.outcome != "ready" else "invalid"
         out = ConfirmOut(
             outcome=outcome,

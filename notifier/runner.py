@@ -19,6 +19,7 @@ from notifier import migrations
 from notifier.api import create_internal_app
 from notifier.config import (
     ApiSettings,
+    RequestSettings,
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
@@ -49,6 +50,8 @@ class WorkerConfig:
     tokens: TokenSettings
     templates: Templates
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    # The limits' window, which says when budget counters can be forgotten.
+    requests: RequestSettings = field(default_factory=RequestSettings)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
@@ -58,6 +61,7 @@ class WorkerConfig:
             tokens=TokenSettings.from_env(),
             templates=Templates.from_env(),
             retention=RetentionSettings.from_env(),
+            requests=RequestSettings.from_env(),
         )
 
 
@@ -105,7 +109,7 @@ async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = N
                 health = QueueHealth(pool)
                 health.register_gauges()
                 tg.start_soon(health.run)
-            tg.start_soon(run_periodically, pool, config.retention)
+            tg.start_soon(run_periodically, pool, config.retention, config.requests.resend_window)
             await worker.run()
             tg.cancel_scope.cancel()
     finally:

@@ -432,6 +432,18 @@ class WorkerMetrics:
             unit="{reconnect}",
             description="LISTEN connections lost and replaced",
         )
+        self.configuration_problems = meter.create_counter(
+            "notifier.configuration_problems",
+            unit="{attempt}",
+            description="Deliveries refused for our side's reasons (sender refused, policy or "
+            "content rejection): failed, recipients not suppressed; fix the configuration",
+        )
+        self.unknown_token_keys = meter.create_counter(
+            "notifier.unknown_token_keys",
+            unit="{attempt}",
+            description="Deliveries whose link was made with a secret this worker lacks "
+            "(retried until the link expires): give every worker the API's secrets",
+        )
 
     def __call__(self, event: Any) -> None:
         data = event.data
@@ -453,6 +465,10 @@ class WorkerMetrics:
                 self.stale_completions.add(1)
             case "listener_lost":
                 self.listener_reconnects.add(1)
+            case "configuration_problem":
+                self.configuration_problems.add(1)
+            case "unknown_token_key":
+                self.unknown_token_keys.add(1)
             case _:
                 pass
 

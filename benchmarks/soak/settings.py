@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.soak.smtp import Fault
 
-# The secret every process shares; long enough for NOTIFIER_TOKEN_SECRET's rule.
-TOKEN_SECRET = "soak-secret-" + "s" * 40
+# The secret every process of a run shares, made for the run as an operator would make one.
+TOKEN_SECRET = secrets.token_urlsafe(32)
 PUBLIC_URL = "http://127.0.0.1:9/soak"
 MAIL_FROM = "noreply@soak.example.com"
 # Recipients: one distinct address (and user) per verification.

@@ -68,7 +68,7 @@ def test_short_token_secret_is_refused_without_echoing_it() -> None:
 
 
 def test_several_secrets_are_kept_newest_first() -> None:
-    new, old = "n" * 32, "o" * 32
+    new, old = "Vq2u8S1bX0kRz7YpMd4LwNf6HcJ3aT9eGi5Qo", "Lr9Kc2Wx7Pb4Nq1Zs8Hd6Ty3Fg5Mj0Ve2Ua"
     assert TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": f"{new}, {old}"}).secrets == (new, old)
 
 
