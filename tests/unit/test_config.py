@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from notifier.config import DatabaseSettings, SmtpSettings, TokenSettings, WorkerSettings
@@ -75,3 +77,31 @@ def test_several_secrets_are_kept_newest_first() -> None:
 def test_database_url_must_be_postgresql() -> None:
     with pytest.raises(ConfigError, match="NOTIFIER_DATABASE_URL"):
         DatabaseSettings.from_env({"NOTIFIER_DATABASE_URL": "sqlite:///x"})
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        # The values this repository's compose file and Kubernetes Secret used to ship.
+        "compose-demo-secret-change-me-0123456789abcdef",
+        "CHANGE-ME-to-a-random-string-of-at-least-32-characters",
+        "a" * 32,
+        "test-secret-" + "x" * 32,
+        "password" * 4,
+    ],
+)
+def test_example_and_low_entropy_secrets_are_refused_with_how_to_make_one(example: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": example})
+    assert "secrets.token_urlsafe(32)" in str(caught.value)
+    assert example not in str(caught.value)
+
+
+def test_a_generated_secret_is_accepted() -> None:
+    secret = secrets.token_urlsafe(32)
+    assert TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": secret}).secrets == (secret,)
+
+
+def test_dev_mode_accepts_any_secret_of_the_right_length() -> None:
+    settings = TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": "a" * 32}, strict=False)
+    assert settings.secrets == ("a" * 32,)
