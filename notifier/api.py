@@ -17,7 +17,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from notifier import __version__, pages
+from notifier import __version__, pages, suppressions
 from notifier.access import (
     SECURITY_SCHEME,
     SESSION_COOKIE,
@@ -41,7 +41,7 @@ from notifier.queries import sql
 from notifier.redact import redact_email
 from notifier.responses import OrjsonResponse, html
 from notifier.telemetry import ServerSpans
-from notifier.verifications import VerificationResult, normalize_email, request_verification
+from notifier.verifications import VerificationResult, request_verification
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,
@@ -227,16 +227,16 @@ def _suppressions() -> APIRouter:
         **access("admin"),
     )
     async def list_suppressions(conn: Conn) -> Suppressions:
-        rows = await conn.fetch(sql("suppressions"))
         return Suppressions(
             suppressions=[
                 Suppression(
-                    email=r["email"],
-                    reason=r["reason"],
-                    smtp_code=r["smtp_code"],
-                    suppressed_at=r["suppressed_at"],
+                    email=entry.mailbox,
+                    reason=entry.reason,
+                    smtp_code=entry.smtp_code,
+                    suppressed_at=entry.suppressed_at,
+                    expires_at=entry.expires_at,
                 )
-                for r in rows
+                for entry in await suppressions.active(conn)
             ]
         )
 
@@ -244,12 +244,12 @@ def _suppressions() -> APIRouter:
         "/{email}",
         status_code=204,
         responses=errors(401, 403, 404, 422, 503),
-        summary="Clear an address: requests for it are accepted again",
+        summary="Clear a mailbox (any spelling of it): requests for it are accepted again",
         **access("admin"),
     )
-    async def clear_suppression(email: str, conn: Conn) -> Response:
-        address = normalize_email(email)
-        if await conn.fetchval(sql("clear_suppression"), address) is None:
+    async def clear_suppression(email: str, conn: Conn, svc: Svc) -> Response:
+        separators = svc.policy.limits.subaddress_separators
+        if await suppressions.clear(conn, email, separators) is None:
             raise NotFound("that address is not suppressed")
         return Response(status_code=204)
 

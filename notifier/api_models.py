@@ -78,10 +78,11 @@ class Attempts(BaseModel):
 
 
 class Suppression(BaseModel):
-    email: str
+    email: str = Field(description="The canonical mailbox (lowercased, +tags stripped).")
     reason: str
     smtp_code: int | None
     suppressed_at: datetime
+    expires_at: datetime | None = Field(description="Null: until an operator clears it.")
 
 
 class Suppressions(BaseModel):

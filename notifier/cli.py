@@ -83,22 +83,27 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 async def _suppressions(url: str, clear: str | None) -> int:
-    from notifier.queries import sql
-    from notifier.verifications import normalize_email
+    from notifier import suppressions
+    from notifier.config import RequestSettings
 
+    separators = RequestSettings.from_env().subaddress_separators
     conn = await connect(url)
     try:
         if clear is not None:
-            address = normalize_email(clear)
-            if await conn.fetchval(sql("clear_suppression"), address) is None:
-                print(f"{address} was not suppressed")
+            mailbox = await suppressions.clear(conn, clear, separators)
+            if mailbox is None:
+                print(f"{clear} was not suppressed")
                 return 1
-            print(f"cleared {address}: requests for it are accepted again")
+            print(f"cleared {mailbox}: requests for it are accepted again")
             return 0
-        rows = await conn.fetch(sql("suppressions"))
-        for row in rows:
-            print(f"{row['email']}\t{row['suppressed_at']:%Y-%m-%d %H:%M}\t{row['reason']}")
-        if not rows:
+        found = await suppressions.active(conn)
+        for entry in found:
+            until = f"{entry.expires_at:%Y-%m-%d %H:%M}" if entry.expires_at else "cleared"
+            print(
+                f"{entry.mailbox}\t{entry.suppressed_at:%Y-%m-%d %H:%M}\tuntil {until}\t"
+                f"{entry.reason}"
+            )
+        if not found:
             print("no suppressed addresses")
         return 0
     finally:
