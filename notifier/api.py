@@ -17,7 +17,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from notifier import __version__, pages, suppressions
+from notifier import pages, suppressions
 from notifier.access import (
     SECURITY_SCHEME,
     SESSION_COOKIE,
@@ -42,6 +42,7 @@ from notifier.redact import redact_email
 from notifier.responses import OrjsonResponse, html
 from notifier.telemetry import ServerSpans
 from notifier.verifications import VerificationResult, request_verification
+from notifier.version import __version__
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,

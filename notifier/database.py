@@ -8,7 +8,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
-import orjson
 
 from notifier.config import DatabaseSettings
 from notifier.embedded import EmbeddedPostgres
@@ -26,16 +25,6 @@ def database_url(settings: DatabaseSettings) -> Iterator[str]:
         return
     with EmbeddedPostgres(settings.data_dir) as url:
         yield url
-
-
-async def init_connection(conn: Any) -> None:
-    """Per-connection setup: jsonb through orjson."""
-    await conn.set_type_codec(
-        "jsonb",
-        encoder=lambda value: orjson.dumps(value).decode(),
-        decoder=orjson.loads,
-        schema="pg_catalog",
-    )
 
 
 def describe(url: str) -> str:
@@ -73,7 +62,6 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
         conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
     except UNREACHABLE as exc:
         raise DatabaseUnavailable(describe(url), exc) from exc
-    await init_connection(conn)
     return conn
 
 
@@ -99,7 +87,6 @@ async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
             url,
             min_size=1,
             max_size=max_size,
-            init=init_connection,
             reset=_keep_session,
             timeout=CONNECT_TIMEOUT_SECONDS,
             server_settings={"application_name": "notifier"},

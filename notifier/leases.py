@@ -37,15 +37,11 @@ class Claimed:
 
     id: int
     fate: Fate
-    status: str
     lease_token: uuid.UUID | None
     attempt: int
-    max_attempts: int
     message_id: str
     verification_id: uuid.UUID
     discovered_by: Discovery
-    previous_status: str
-    user_id: str
     email: str
     purpose: str
     token_key_id: str
@@ -60,15 +56,11 @@ class Claimed:
         return cls(
             id=r["id"],
             fate=r["fate"],
-            status=r["status"],
             lease_token=r["lease_token"],
             attempt=r["attempts"],
-            max_attempts=r["max_attempts"],
             message_id=r["message_id"],
             verification_id=r["verification_id"],
             discovered_by=r["discovered_by"],
-            previous_status=r["previous_status"],
-            user_id=r["user_id"],
             email=r["email"],
             purpose=r["purpose"],
             token_key_id=r["token_key_id"],
@@ -209,7 +201,3 @@ class Leases:
             sql("release_leases"), [h.id for h in held], [h.token for h in held], self.owner
         )
         return int(row["released"])
-
-    async def next_retry_in(self) -> float | None:
-        value = await self.pool.fetchval(sql("next_retry_in"))
-        return None if value is None else float(value)

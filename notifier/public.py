@@ -15,12 +15,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Form, Query
 from fastapi.responses import HTMLResponse
 
-from notifier import __version__, pages
+from notifier import pages
 from notifier.access import ScopedRoute, access
 from notifier.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
 from notifier.responses import OrjsonResponse, html
 from notifier.telemetry import ServerSpans
 from notifier.verifications import RequestError, confirm, request_verification
+from notifier.version import __version__
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,

@@ -451,13 +451,6 @@ WITH released AS (
 SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,
        (SELECT count(*) FROM released) AS released;
 
--- name: next_retry_in
--- No parameters. Seconds until the earliest pending row is due (negative: overdue; NULL:
--- none). Served by the partial index on pending rows.
-SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
-FROM notifier.email_outbox
-WHERE status = 'pending';
-
 -- name: notify
 -- $1: channel, $2: payload. The listener's self-notification round trip.
 SELECT pg_notify($1, $2);

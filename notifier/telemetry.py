@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from notifier import __version__
 from notifier.redact import redact_text
+from notifier.version import __version__
 
 log = logging.getLogger(__name__)
 
