@@ -7,7 +7,8 @@ two moments on the wall clock (`time.time_ns()`, the clock the producers read af
 - **claim committed**: when the claim statement's reply reached the worker. A claim is one
   autocommit statement, so its reply comes after its COMMIT is durable: from that moment the
   worker holds the lease and could start SMTP (a queue's "handler start"). It is taken from
-  the worker's own "claimed" signal, which fires right after the reply is read. The claim's
+  the worker's own "claimed" signal, which fires as soon as the claim returns to the worker's
+  code (after the pool has reset and taken back the connection it ran on). The claim's
   `claimed_at` column is the statement's start (`now()`), before it locked, updated and
   committed anything, so it is not this moment.
 - **SMTP accepted**: when the transport's send returned "sent", i.e. the server's 250 reply
