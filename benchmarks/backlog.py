@@ -87,7 +87,9 @@ def backlog(
     completions = sorted(completions_ns)
 
     def rows_at(at: int) -> int:
-        return bisect.bisect_right(commits, at) - bisect.bisect_right(completions, at)
+        # Never below 0: an HTTP producer's commit time is its 202, which a fast delivery
+        # can precede.
+        return max(0, bisect.bisect_right(commits, at) - bisect.bisect_right(completions, at))
 
     stop_t = (stop_ns - start_ns) / 1e9
     if step_s is None:
