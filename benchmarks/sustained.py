@@ -127,16 +127,14 @@ async def _probes(ctx: _Run) -> list[dict[str, Any]]:
     """Sequential requests on one kept-alive connection to each HTTP server notifier has."""
     n = ctx.config.probe_requests
     found = []
-    await empty_tables(ctx.monitor)
     with ctx.progress.phase("sustained: delayed-ACK probe, notifier api", 3.0):
         async with running_apis(ctx.producer_url, 1, ctx.log_dir, "probe") as (api,):
-            probe = await probe_delayed_acks("notifier api", api.port, ctx.key, "probe-api", n)
+            probe = await probe_delayed_acks("notifier api", api.port, ctx.key, n)
             found.append(probe.as_json())
     with ctx.progress.phase("sustained: delayed-ACK probe, notifier dev", 4.5):
         async with running_dev(ctx.producer_url, ctx.log_dir, "probe-dev") as dev:
-            probe = await probe_delayed_acks("notifier dev", dev.port, ctx.key, "probe-dev", n)
+            probe = await probe_delayed_acks("notifier dev", dev.port, ctx.key, n)
             found.append(probe.as_json())
-    await empty_tables(ctx.monitor)
     return found
 
 
