@@ -42,6 +42,11 @@ def _env(database_url: str, port: int, extra: dict[str, str] | None = None) -> d
             "NOTIFIER_PUBLIC_PORT": str(free_port()),
             "NOTIFIER_TOKEN_SECRET": TOKEN_SECRET,
             "NOTIFIER_MAIL_FROM": MAIL_FROM,
+            # Never met, always counted (see producer.UNREACHABLE_LIMITS).
+            "NOTIFIER_RESEND_LIMIT": "1000000",
+            "NOTIFIER_DOMAIN_LIMIT": str(10**9),
+            "NOTIFIER_CLIENT_LIMIT": str(10**9),
+            "NOTIFIER_GLOBAL_LIMIT": str(10**9),
             **(extra or {}),
         }
     )
