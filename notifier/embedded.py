@@ -121,6 +121,12 @@ class EmbeddedPostgres:
         bin_dir = pg_bin()
         try:
             self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.data_dir.stat().st_mode & (stat.S_IWOTH | stat.S_ISVTX):
+                # It is about to be closed to everyone else: never a shared one like /tmp.
+                raise EmbeddedServerError(
+                    f"{self.data_dir} is shared with every user; set NOTIFIER_DATA_DIR to a "
+                    "directory of notifier's own (it is created if missing)"
+                )
             self._take_ownership()
         except PermissionError as exc:
             raise _not_ours(self.data_dir, exc) from exc

@@ -11,11 +11,13 @@ import pwd
 import stat
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 from notifier.embedded import EmbeddedPostgres, pg_bin
+from notifier.errors import EmbeddedServerError
 from tests.support.credentials import socket_dir_of, without_credentials
 
 pytestmark = pytest.mark.anyio
@@ -129,3 +131,14 @@ def test_data_socket_and_password_file_are_private_to_the_server_and_its_user(
     for private in (embedded.password_file, embedded.data_dir / "server.log"):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
     assert embedded.password_file.stat().st_uid == os.geteuid()
+
+
+def test_a_directory_shared_with_every_user_is_refused_as_a_data_directory(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp is
+    with pytest.raises(EmbeddedServerError, match="shared with every user"):
+        EmbeddedPostgres(shared).start()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
