@@ -13,7 +13,7 @@ import anyio
 
 from notifier import migrations
 from notifier.config import DatabaseSettings
-from notifier.database import connect, database_url
+from notifier.database import connect, database_url, describe
 from notifier.errors import NotifierError, UsageError
 from notifier.logs import configure_logging
 
@@ -77,7 +77,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     # Bound first: a taken port is reported before an embedded cluster is built or started.
     sockets = bind_listeners(api)
     with database_url(settings) as url:
-        shown = "NOTIFIER_DATABASE_URL" if settings.url else f"embedded in {settings.data_dir}/"
+        # The embedded server's URL names its password file, not the password; a configured
+        # URL may hold one, so only where it points is shown.
+        shown = f"NOTIFIER_DATABASE_URL ({describe(url)})" if settings.url else url
         anyio.run(functools.partial(run_dev, url, shown, api, sockets), backend="asyncio")
     return 0
 

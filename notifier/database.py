@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 
 from notifier.config import DatabaseSettings
-from notifier.embedded import EmbeddedPostgres
+from notifier.embedded import embedded_url
 from notifier.errors import DatabaseUnavailable
 
 # Seconds to wait for a connection before reporting the database unreachable.
@@ -19,11 +19,12 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 
 @contextlib.contextmanager
 def database_url(settings: DatabaseSettings) -> Iterator[str]:
-    """The configured server's URL, or an embedded server's for as long as the block runs."""
+    """The configured server's URL, or the embedded server's for as long as the block runs
+    (started for it, or the one the process that owns the data directory runs)."""
     if settings.url is not None:
         yield settings.url
         return
-    with EmbeddedPostgres(settings.data_dir) as url:
+    with embedded_url(settings.data_dir) as url:
         yield url
 
 

@@ -573,3 +573,8 @@ SELECT pg_try_advisory_lock($1);
 -- name: maintenance_unlock
 -- $1: advisory lock key.
 SELECT pg_advisory_unlock($1);
+
+-- name: password_statement
+-- $1: a new password for the current user. ALTER ROLE takes no bind parameters, so this
+-- returns the statement with the password quoted by the server (%L), for the caller to run.
+SELECT format('ALTER ROLE %I PASSWORD %L', current_user, $1::text);

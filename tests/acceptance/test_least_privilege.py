@@ -5,6 +5,7 @@ api, worker, stats and cleanup run here as that role alone, as real processes.
 
 from __future__ import annotations
 
+import secrets
 import signal
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit, urlunsplit
@@ -26,21 +27,23 @@ pytestmark = pytest.mark.anyio
 WAIT = 30
 
 
-def as_role(url: str, role: str) -> str:
+def as_role(url: str, role: str, password: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{host}"))
 
 
 @pytest.fixture
 async def runtime_url(database_url: str, db: asyncpg.Connection) -> AsyncIterator[str]:
     """The test database's URL as a fresh login role granted by `notifier grants`."""
     role = unique_name("notifier_runtime")
-    await db.execute(f'CREATE ROLE "{role}" LOGIN')
+    # The embedded server asks every role for its password.
+    password = secrets.token_hex(16)
+    await db.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'")
     try:
         granted = await run_cli("grants", role, env={"NOTIFIER_DATABASE_URL": database_url})
         assert granted.returncode == 0, granted.stderr
-        yield as_role(database_url, role)
+        yield as_role(database_url, role, password)
     finally:
         await db.execute(f'DROP OWNED BY "{role}"')
         await db.execute(f'DROP ROLE "{role}"')
