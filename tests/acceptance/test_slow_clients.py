@@ -38,6 +38,7 @@ async def public_port(
         database_url,
         port,
         public,
+        NOTIFIER_HTTP_HEADER_TIMEOUT="1",
         NOTIFIER_HTTP_BODY_TIMEOUT="1",
         NOTIFIER_HTTP_KEEPALIVE_TIMEOUT="1",
     )
