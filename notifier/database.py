@@ -39,27 +39,45 @@ async def init_connection(conn: Any) -> None:
 
 
 def describe(url: str) -> str:
-    """Where a URL points, without its credentials: host[:port]/database."""
+    """Where a URL points, without its credentials: host[:port][,host[:port]...]/database."""
     parts = urlsplit(url)
-    host = parse_qs(parts.query).get("host", [parts.hostname or "localhost"])[0]
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path or '/'}"
+    query = parse_qs(parts.query)
+    hosts = parts.netloc.rpartition("@")[2]  # "h1:p1,h2:p2" for a multi-host URL
+    if "host" in query:  # a socket directory (or host list) given as a parameter
+        ports = f":{query['port'][0]}" if "port" in query else ""
+        hosts = query["host"][0] + ports
+    return f"{hosts or 'localhost'}{parts.path or '/'}"
 
 
 # What failing to reach PostgreSQL looks like: refused, no such socket or host, timed out,
-# or a server that is starting up or shutting down.
+# a server that is starting up or shutting down, or (during a failover) no host of a
+# multi-host URL that accepts writes yet.
 UNREACHABLE = (
     OSError,
     TimeoutError,
     asyncpg.CannotConnectNowError,
     asyncpg.PostgresConnectionError,
+    asyncpg.TargetServerAttributeNotMatched,
 )
 
+# asyncpg's own default: the statements a connection keeps prepared.
+DEFAULT_STATEMENT_CACHE_SIZE = 100
+# For connections that run a few statements once (start-up checks, stats, cleanup): caching
+# saves nothing there, and without named statements they work through any pooler.
+ONE_SHOT_CACHE = 0
 
-async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
+
+async def connect(
+    url: str, *, statement_cache_size: int = DEFAULT_STATEMENT_CACHE_SIZE, **kwargs: Any
+) -> asyncpg.Connection:
     """A single connection outside any pool (migrations, the LISTEN connection)."""
     try:
-        conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
+        conn = await asyncpg.connect(
+            url,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            statement_cache_size=statement_cache_size,
+            **kwargs,
+        )
     except UNREACHABLE as exc:
         raise DatabaseUnavailable(describe(url), exc) from exc
     await init_connection(conn)
@@ -77,12 +95,21 @@ async def _keep_session(conn: Any) -> None:
     That query is a round trip on every release, doubling the cost of each statement.
     notifier's pool connections never keep session state: transactions are closed (asyncpg
     still rolls back one left open), nothing LISTENs on them, no setting is changed, and the
-    one session-level advisory lock (maintenance) is released before the connection is.
+    only advisory lock taken (maintenance) is transaction-scoped.
     """
 
 
-async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
-    """The pool every runtime statement goes through (the LISTEN connection stays outside)."""
+async def create_pool(
+    url: str,
+    max_size: int = POOL_MAX_SIZE,
+    *,
+    statement_cache_size: int = DEFAULT_STATEMENT_CACHE_SIZE,
+) -> asyncpg.Pool:
+    """The pool every runtime statement goes through (the LISTEN connection stays outside).
+
+    Nothing run on it keeps session state beyond one transaction, so it may go through a
+    transaction-mode pooler (with `statement_cache_size` 0 before PgBouncer 1.21).
+    """
     try:
         return await asyncpg.create_pool(
             url,
@@ -90,6 +117,7 @@ async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
             max_size=max_size,
             init=init_connection,
             reset=_keep_session,
+            statement_cache_size=statement_cache_size,
             timeout=CONNECT_TIMEOUT_SECONDS,
             server_settings={"application_name": "notifier"},
         )

@@ -27,26 +27,33 @@ class CleanupReport:
 
 
 async def cleanup(pool: Any, settings: RetentionSettings) -> CleanupReport:
-    """Scrub, then delete, batch by batch until nothing is old enough; one run at a time."""
-    async with pool.acquire() as conn:
-        if not await conn.fetchval(sql("try_maintenance_lock"), MAINTENANCE_LOCK_KEY):
-            return CleanupReport(0, 0, skipped=True)
-        try:
-            scrubbed = await _batches(conn, "scrub_finished", settings.scrub_after, settings.batch)
-            deleted = await _batches(conn, "delete_finished", settings.retention, settings.batch)
-        finally:
-            await conn.execute(sql("maintenance_unlock"), MAINTENANCE_LOCK_KEY)
+    """Scrub, then delete, batch by batch until nothing is old enough; one batch at a time.
+
+    Each batch is a transaction that first takes the maintenance lock (transaction-scoped,
+    so no session state outlives it and a transaction-mode pooler is fine). A process that
+    finds the lock taken stops: another is cleaning up.
+    """
+    scrubbed = await _batches(pool, "scrub_finished", settings.scrub_after, settings.batch)
+    if scrubbed is None:
+        return CleanupReport(0, 0, skipped=True)
+    deleted = await _batches(pool, "delete_finished", settings.retention, settings.batch)
     if scrubbed or deleted:
         log.info(
-            "cleanup: scrubbed %d addresses, deleted %d finished deliveries", scrubbed, deleted
+            "cleanup: scrubbed %d addresses, deleted %d finished deliveries",
+            scrubbed,
+            deleted or 0,
         )
-    return CleanupReport(scrubbed, deleted)
+    return CleanupReport(scrubbed, deleted or 0)
 
 
-async def _batches(conn: Any, statement: str, age: float, batch: int) -> int:
+async def _batches(pool: Any, statement: str, age: float, batch: int) -> int | None:
+    """Rows done, batch by batch; None if another process held the lock at the start."""
     total = 0
     while True:
-        done = int(await conn.fetchval(sql(statement), age, batch))
+        async with pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(sql("try_maintenance_lock"), MAINTENANCE_LOCK_KEY):
+                return total or None
+            done = int(await conn.fetchval(sql(statement), age, batch))
         total += done
         if done < batch:
             return total

@@ -358,6 +358,11 @@ WHERE status = 'pending';
 -- $1: channel, $2: payload. The listener's self-notification round trip.
 SELECT pg_notify($1, $2);
 
+-- name: server_address
+-- No parameters. Which server a connection reached (host NULL over a Unix socket), for the
+-- log: after a failover it names the new primary.
+SELECT host(inet_server_addr()) AS host, inet_server_port() AS port, pg_backend_pid() AS pid;
+
 -- name: queue_health
 -- No parameters. The figures behind the queue gauges and `notifier stats`. Each count is
 -- served by a partial index.
@@ -434,9 +439,6 @@ WITH batch AS (
 SELECT count(*) FROM deleted;
 
 -- name: try_maintenance_lock
--- $1: advisory lock key. One maintenance run at a time across every worker.
-SELECT pg_try_advisory_lock($1);
-
--- name: maintenance_unlock
--- $1: advisory lock key.
-SELECT pg_advisory_unlock($1);
+-- $1: advisory lock key. One maintenance batch at a time across every worker; held until
+-- the batch's transaction ends, so no session state is left behind (poolers).
+SELECT pg_try_advisory_xact_lock($1);

@@ -19,12 +19,13 @@ from notifier import migrations
 from notifier.api import create_app
 from notifier.config import (
     ApiSettings,
+    DatabaseSettings,
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
     WorkerSettings,
 )
-from notifier.database import connect, create_pool
+from notifier.database import ONE_SHOT_CACHE, connect, create_pool
 from notifier.errors import ConfigError, MigrationError
 from notifier.mailer import Transport, transport_from_settings
 from notifier.maintenance import run_periodically
@@ -47,10 +48,12 @@ class WorkerConfig:
     tokens: TokenSettings
     templates: Templates
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
         return cls(
+            database=DatabaseSettings.from_env(),
             worker=WorkerSettings.from_env(),
             smtp=SmtpSettings.from_env(),
             tokens=TokenSettings.from_env(),
@@ -61,7 +64,7 @@ class WorkerConfig:
 
 async def require_current_schema(url: str) -> None:
     """Refuse to start on a database whose schema is behind this release."""
-    conn = await connect(url)
+    conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
     try:
         current = await migrations.status(conn, migrations.discover())
     finally:
@@ -72,11 +75,16 @@ async def require_current_schema(url: str) -> None:
 
 
 def build_worker(
-    url: str, pool: Any, config: WorkerConfig, transport: Transport, signals: Signals | None = None
+    listen_url: str,
+    pool: Any,
+    config: WorkerConfig,
+    transport: Transport,
+    signals: Signals | None = None,
 ) -> Worker:
+    """A worker whose statements go through `pool` and whose LISTEN goes to `listen_url`."""
     return Worker(
         pool=pool,
-        database_url=url,
+        database_url=listen_url,
         settings=config.worker,
         transport=transport,
         templates=config.templates,
@@ -91,12 +99,12 @@ async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = N
     """Run one worker until SIGTERM or SIGINT; a second signal exits at once."""
     await require_current_schema(url)
     telemetry = Telemetry.configure("notifier-worker")
-    pool = await create_pool(url)
+    pool = await create_pool(url, statement_cache_size=config.database.statement_cache_size)
     transport = transport_from_settings(config.worker.transport, config.smtp)
     signals = signals or Signals()
     signals.subscribe(WorkerMetrics())
     try:
-        worker = build_worker(url, pool, config, transport, signals)
+        worker = build_worker(config.database.listen_url_for(url), pool, config, transport, signals)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, [worker.stop])
             if telemetry.meter_provider is not None:
@@ -149,12 +157,17 @@ def listen(settings: ApiSettings) -> socket.socket:
         ) from exc
 
 
-async def run_api(url: str, policy: Policy, settings: ApiSettings) -> None:
+async def run_api(
+    url: str, policy: Policy, settings: ApiSettings, database: DatabaseSettings | None = None
+) -> None:
     """Serve the HTTP API until SIGTERM or SIGINT."""
+    database = database or DatabaseSettings()
     await require_current_schema(url)
     sock = listen(settings)
     telemetry = Telemetry.configure("notifier-api", prometheus=True)
-    server = http_server(create_app(url, policy, max_body_bytes=settings.max_body_bytes), settings)
+    pool = await create_pool(url, statement_cache_size=database.statement_cache_size)
+    app = create_app(url, policy, max_body_bytes=settings.max_body_bytes, pool=pool)
+    server = http_server(app, settings)
     log.info("API listening on http://%s:%d", settings.host, settings.port)
     try:
         async with anyio.create_task_group() as tg:
@@ -163,6 +176,7 @@ async def run_api(url: str, policy: Policy, settings: ApiSettings) -> None:
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            await pool.close()
             await anyio.to_thread.run_sync(telemetry.shutdown)
 
 
