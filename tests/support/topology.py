@@ -13,6 +13,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -240,11 +241,15 @@ class PostgresServer:
         )
 
 
-def _psql(runner: _Runner, bin_dir: Path, url: str, sql: str, what: str) -> str:
-    """One statement through psql (simple protocol), returning its unaligned output."""
+def _psql(
+    runner: _Runner, bin_dir: Path, url: str, sql: str, what: str, header: str | None = None
+) -> str:
+    """One statement through psql (simple protocol), returning its unaligned output: rows
+    only, or with a header line when `header` names the field separator."""
     kwargs: dict[str, Any] = {"user": runner.user} if runner.user else {}
+    shape = ["-t"] if header is None else ["-F", header, "-P", "footer=off"]
     done = subprocess.run(
-        [str(bin_dir / "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
+        [str(bin_dir / "psql"), "-X", "-A", *shape, "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
         capture_output=True,
         text=True,
         check=False,
@@ -333,37 +338,32 @@ class ReplicatedPostgres:
                 server.stop()
 
 
-@dataclass(frozen=True, slots=True)
-class PoolTarget:
-    """One PgBouncer database entry: an alias clients name, where it leads, in which mode."""
-
-    alias: str
-    port: int
-    database: str
-    pool_mode: PoolMode
-    pool_size: int = 20
-
-
 class PgBouncer:
-    """A PgBouncer process from start() until close(), configured with `targets`.
+    """A PgBouncer process in one pool mode, in front of the server on `server_port`, from
+    start() until close(). Any database name a client asks for is pooled to that server's
+    database of the same name.
 
-    `retarget()` rewrites the configuration to point at another server port and reloads it
-    (SIGHUP), as a failover hook would.
+    `retarget()` points it at another server and reloads it (SIGHUP), as a failover hook
+    would; `show()` asks its admin console.
     """
 
-    def __init__(self, root: Path, runner: _Runner, targets: list[PoolTarget]) -> None:
-        self.dir = root / "pgbouncer"
+    def __init__(
+        self, root: Path, runner: _Runner, bin_dir: Path, server_port: int, pool_mode: PoolMode
+    ) -> None:
+        self.pool_mode = pool_mode
+        self.dir = root / f"pgbouncer-{pool_mode}"
         self.dir.mkdir()
         runner.give(self.dir)
         self.port = free_port()
+        self.server_port = server_port
         self.ini = self.dir / "pgbouncer.ini"
         self.log_path = self.dir / "pgbouncer.log"
-        self.targets = list(targets)
         self._runner = runner
+        self._bin = bin_dir
         self._process: subprocess.Popen[bytes] | None = None
 
-    def url(self, alias: str) -> str:
-        return tcp_url(self.port, alias)
+    def url(self, database: str) -> str:
+        return tcp_url(self.port, database)
 
     def start(self) -> None:
         self._write_config()
@@ -379,15 +379,22 @@ class PgBouncer:
                 raise RuntimeError(f"pgbouncer did not start:\n{log[-2000:]}")
             time.sleep(READY_POLL_SECONDS)
 
-    def retarget(self, port: int) -> None:
-        """Point every entry at the server on `port` and reload: new server connections go
-        there, old ones are closed as they come back."""
-        self.targets = [
-            PoolTarget(t.alias, port, t.database, t.pool_mode, t.pool_size) for t in self.targets
-        ]
+    def retarget(self, server_port: int) -> None:
+        """Point it at the server on `server_port` and reload: new server connections go
+        there (the old server's are gone with it)."""
+        self.server_port = server_port
         self._write_config()
         if self._process is not None:
-            self._process.send_signal(1)  # SIGHUP: reload
+            self._process.send_signal(signal.SIGHUP)
+
+    def show(self, what: str) -> list[dict[str, str]]:
+        """`SHOW <what>` on the admin console, as a list of rows."""
+        out = _psql(self._runner, self._bin, self.url("pgbouncer"), f"SHOW {what}", what, "|")
+        lines = out.splitlines()
+        if not lines:
+            return []
+        header = lines[0].split("|")
+        return [dict(zip(header, line.split("|"), strict=False)) for line in lines[1:]]
 
     def close(self) -> None:
         process, self._process = self._process, None
@@ -396,19 +403,16 @@ class PgBouncer:
             process.wait(timeout=10)
 
     def _write_config(self) -> None:
-        databases = "\n".join(
-            f"{t.alias} = host=127.0.0.1 port={t.port} dbname={t.database} "
-            f"pool_mode={t.pool_mode} pool_size={t.pool_size}"
-            for t in self.targets
-        )
         users = self.dir / "userlist.txt"
         users.write_text(f'"{USER}" ""\n')
         self._runner.give(users)
+        # Output goes to stdout, which start() sends to the log file.
         self.ini.write_text(
             f"""[databases]
-{databases}
+* = host=127.0.0.1 port={self.server_port}
 
 [pgbouncer]
+pool_mode = {self.pool_mode}
 listen_addr = 127.0.0.1
 listen_port = {self.port}
 unix_socket_dir = {self.dir}
@@ -416,9 +420,8 @@ auth_type = trust
 auth_file = {users}
 admin_users = {USER}
 max_client_conn = 1000
-server_reset_query = DISCARD ALL
+default_pool_size = 20
 server_login_retry = 1
-logfile = {self.log_path}
 pidfile = {self.dir / "pgbouncer.pid"}
 """
         )
@@ -451,8 +454,8 @@ class Topology:
             self.psql(server.url(), f'CREATE DATABASE "{name}"')
         return server
 
-    def pgbouncer(self, targets: list[PoolTarget]) -> PgBouncer:
-        bouncer = PgBouncer(self.root, self._runner, targets)
+    def pgbouncer(self, server_port: int, pool_mode: PoolMode) -> PgBouncer:
+        bouncer = PgBouncer(self.root, self._runner, self.bin_dir, server_port, pool_mode)
         self._closers.append(bouncer)
         bouncer.start()
         return bouncer
