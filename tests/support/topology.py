@@ -262,9 +262,11 @@ def _psql(
 
 @dataclass(frozen=True, slots=True)
 class Failover:
-    """When a failover happened (time.time()): the primary was dead, the replica promoted."""
+    """When a failover happened (time.time()): the primary was killed, the promotion was
+    asked for, and pg_ctl saw it done."""
 
     died_at: float
+    promoting_at: float
     promoted_at: float
 
 
@@ -307,12 +309,15 @@ class ReplicatedPostgres:
     def writable(self) -> PostgresServer:
         return self.replica if self.failovers else self.primary
 
-    def failover(self) -> Failover:
-        """Kill the primary (pg_ctl stop -m immediate), then promote the replica at once."""
+    def failover(self, detection_seconds: float = 0.0) -> Failover:
+        """Kill the primary (pg_ctl stop -m immediate); after `detection_seconds` (what a
+        failover manager takes to notice and decide), promote the replica."""
+        died_at = time.time()  # conservative: the gap measured includes the kill itself
         self.primary.kill()
-        died_at = time.time()
+        time.sleep(detection_seconds)
+        promoting_at = time.time()
         self.replica.promote()
-        failover = Failover(died_at, time.time())
+        failover = Failover(died_at, promoting_at, time.time())
         self.failovers.append(failover)
         return failover
 
