@@ -22,7 +22,6 @@ import anyio
 import asyncpg
 import pytest
 
-from tests.conftest import TEST_SECRET
 from tests.support.cli import run_cli
 from tests.support.smtp_server import Received, SmtpServer
 from tests.support.topologies import unavailable
@@ -33,7 +32,7 @@ from tests.support.topology import (
     free_port,
     topology,
 )
-from tests.support.traffic import Answer, Traffic, running_service
+from tests.support.traffic import Answer, Traffic, running_service, service_env, wait_until
 
 # Seconds between the primary's death and the promotion: a failover manager's detection,
 # shortened (Patroni's default TTL is 30 s, managed services take 30-120 s).
@@ -47,8 +46,14 @@ ACCEPTED_AFTER = 20
 # Deadlines of the run's phases, seconds.
 PHASE_TIMEOUT = 30.0
 DRAIN_TIMEOUT = 60.0
-POLL_SECONDS = 0.1
 DATABASE = "notifier"
+FAST = {
+    "NOTIFIER_LEASE_SECONDS": "10",
+    # Slow on purpose: a sweep right after the failover is the listener's doing.
+    "NOTIFIER_SWEEP_INTERVAL": "60",
+    "NOTIFIER_LISTENER_CHECK_INTERVAL": "1",
+    "NOTIFIER_LISTENER_CHECK_TIMEOUT": "1",
+}
 # What makes a second copy of a message legitimate: its earlier attempt's outcome was not
 # known (connection lost after the body), or its lease ran out before it completed.
 AMBIGUOUS = ("unknown", "lease_expired")
@@ -79,47 +84,12 @@ class FailoverRun:
     timings: dict[str, float | None] = field(default_factory=dict)
 
 
-def service_env(url: str, smtp: SmtpServer, api_port: int) -> dict[str, str]:
-    return {
-        "NOTIFIER_DATABASE_URL": url,
-        "NOTIFIER_TOKEN_SECRET": TEST_SECRET,
-        "NOTIFIER_API_PORT": str(api_port),
-        "NOTIFIER_RESEND_LIMIT": "1000000",
-        "NOTIFIER_SMTP_HOST": smtp.host,
-        "NOTIFIER_SMTP_PORT": str(smtp.port),
-        "NOTIFIER_SMTP_TLS": "none",
-        "NOTIFIER_SMTP_DATA_TIMEOUT": "10",
-        "NOTIFIER_MAIL_FROM": "noreply@notifier.test",
-        "NOTIFIER_LEASE_SECONDS": "10",
-        # Slow on purpose: a sweep right after the failover is the listener's doing.
-        "NOTIFIER_SWEEP_INTERVAL": "60",
-        "NOTIFIER_RETRY_BASE": "0.2",
-        "NOTIFIER_RETRY_FACTOR": "2",
-        "NOTIFIER_RETRY_CEILING": "1",
-        "NOTIFIER_LISTENER_CHECK_INTERVAL": "1",
-        "NOTIFIER_LISTENER_CHECK_TIMEOUT": "1",
-        "NOTIFIER_SHUTDOWN_GRACE": "5",
-    }
-
-
-async def wait_until(condition: Any, within: float, what: str) -> None:
-    """Poll an async condition (the database, the mail server: other processes' state)."""
-    try:
-        with anyio.fail_after(within):
-            while True:
-                if await condition():
-                    return
-                await anyio.sleep(POLL_SECONDS)
-    except TimeoutError:
-        raise AssertionError(f"not within {within:g}s: {what}") from None
-
-
 async def run_failover(cluster: ReplicatedPostgres, smtp: SmtpServer) -> FailoverRun:
     url = cluster.url(DATABASE)
     migrated = await run_cli("migrate", env={"NOTIFIER_DATABASE_URL": url})
     assert migrated.returncode == 0, migrated.stderr
     api_port = free_port()
-    env = service_env(url, smtp, api_port)
+    env = service_env(url, smtp, api_port, **FAST)
     traffic = Traffic(f"http://127.0.0.1:{api_port}", RATE, secrets.token_hex(4))
     async with running_service(env, [env, env]) as service:
         async with anyio.create_task_group() as tg:

@@ -7,13 +7,15 @@ import contextlib
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
 import httpx
 
+from tests.conftest import TEST_SECRET
 from tests.support.cli import RunningCli, running_cli
+from tests.support.smtp_server import SmtpServer
 
 # One request may take this long before it counts as unanswered, seconds.
 REQUEST_TIMEOUT_SECONDS = 15.0
@@ -23,6 +25,8 @@ MAX_IN_FLIGHT = 16
 PROCESS_WAIT_SECONDS = 30.0
 API_READY = "API listening"
 WORKER_READY = "delivering ("
+# How often wait_until looks again, seconds.
+POLL_SECONDS = 0.1
 
 
 def api_headers(idempotency_key: str) -> dict[str, str]:
@@ -148,3 +152,35 @@ async def running_service(
             for worker in workers:
                 await worker.wait_for_line(WORKER_READY)
         yield Service(api, workers)
+
+
+def service_env(database_url: str, smtp: SmtpServer, api_port: int, **extra: str) -> dict[str, str]:
+    """Settings for the API and workers: quick retries, throttling out of the way."""
+    return {
+        "NOTIFIER_DATABASE_URL": database_url,
+        "NOTIFIER_TOKEN_SECRET": TEST_SECRET,
+        "NOTIFIER_API_PORT": str(api_port),
+        "NOTIFIER_RESEND_LIMIT": "1000000",
+        "NOTIFIER_SMTP_HOST": smtp.host,
+        "NOTIFIER_SMTP_PORT": str(smtp.port),
+        "NOTIFIER_SMTP_TLS": "none",
+        "NOTIFIER_SMTP_DATA_TIMEOUT": "10",
+        "NOTIFIER_MAIL_FROM": "noreply@notifier.test",
+        "NOTIFIER_RETRY_BASE": "0.2",
+        "NOTIFIER_RETRY_FACTOR": "2",
+        "NOTIFIER_RETRY_CEILING": "1",
+        "NOTIFIER_SHUTDOWN_GRACE": "5",
+        **extra,
+    }
+
+
+async def wait_until(condition: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    """Poll other processes' state (a database, the mail server) until `condition` holds."""
+    try:
+        with anyio.fail_after(within):
+            while True:
+                if await condition():
+                    return
+                await anyio.sleep(POLL_SECONDS)
+    except TimeoutError:
+        raise AssertionError(f"not within {within:g}s: {what}") from None
