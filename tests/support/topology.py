@@ -109,7 +109,16 @@ class _Runner:
             if entry is None:
                 raise TopologyUnavailable(f"could not create the system user {SERVER_USER!r}")
             self.user, self.uid, self.gid = SERVER_USER, entry.pw_uid, entry.pw_gid
+        self.reach(root)
         self.give(root)
+
+    def reach(self, path: Path) -> None:
+        """Let the server user traverse every directory above `path`."""
+        if self.user is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                from pgserver.utils import ensure_prefix_permissions
+            ensure_prefix_permissions(path)
 
     def give(self, path: Path) -> None:
         """Hand a file or directory we created to the server user."""
@@ -436,9 +445,9 @@ pidfile = {self.dir / "pgbouncer.pid"}
 class Topology:
     """Owns the private directory and whatever was started in it, until close()."""
 
-    def __init__(self, keep: bool = False) -> None:
+    def __init__(self, keep: bool = False, parent: Path | None = None) -> None:
         self.bin_dir = postgres_bin_dir()
-        self.root = Path(tempfile.mkdtemp(prefix="notifier-topology-"))
+        self.root = Path(tempfile.mkdtemp(prefix="notifier-topology-", dir=parent))
         self.root.chmod(0o755)
         self._runner = _Runner(self.root)
         self._keep = keep
@@ -477,9 +486,10 @@ class Topology:
 
 
 @contextlib.contextmanager
-def topology(keep: bool = False) -> Iterator[Topology]:
-    """A Topology, closed (servers stopped, directory deleted unless `keep`) on exit."""
-    owned = Topology(keep)
+def topology(keep: bool = False, parent: Path | None = None) -> Iterator[Topology]:
+    """A Topology in a new directory (under `parent`, default the system's temporary one),
+    closed on exit: servers stopped, directory deleted unless `keep`."""
+    owned = Topology(keep, parent)
     try:
         yield owned
     finally:
