@@ -13,6 +13,7 @@ import orjson
 from notifier.config import DatabaseSettings
 from notifier.embedded import EmbeddedPostgres
 from notifier.errors import DatabaseUnavailable
+from notifier.queries import sql
 
 # Seconds to wait for a connection before reporting the database unreachable.
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -84,6 +85,26 @@ async def connect(
     return conn
 
 
+async def init_pool_connection(conn: Any) -> None:
+    """A pool connection's setup: init_connection, then the array types learnt at once.
+
+    asyncpg learns an array type's codec with a catalogue query the first time a statement
+    uses it, and switches JIT off around that query with two session-level settings. Through
+    a transaction-mode pooler those land on other server connections: the query runs with
+    JIT on (a second or more, stalling whatever waits on it) and the settings leak into the
+    pooler's connections. Learnt here inside one transaction that is rolled back, JIT stays
+    off for it, nothing leaks, and the codecs stay known to the connection.
+    """
+    await init_connection(conn)
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute(sql("jit_off_in_transaction"))
+        await conn.fetch(sql("learn_array_types"))
+    finally:
+        await transaction.rollback()
+
+
 # Statements are batched, so a worker needs few connections: claims, the pre-send gate,
 # completions, lease renewal and the retry timer each use at most one at a time.
 POOL_MAX_SIZE = 10
@@ -115,7 +136,7 @@ async def create_pool(
             url,
             min_size=1,
             max_size=max_size,
-            init=init_connection,
+            init=init_pool_connection,
             reset=_keep_session,
             statement_cache_size=statement_cache_size,
             timeout=CONNECT_TIMEOUT_SECONDS,

@@ -161,6 +161,18 @@ DELETE FROM notifier.suppressed_addresses WHERE email = $1 RETURNING email;
 -- No parameters. The database answers.
 SELECT 1;
 
+-- name: jit_off_in_transaction
+-- No parameters. For the rest of this transaction only: asyncpg's type catalogue query is
+-- planned expensive enough that JIT compiles it (a second and more).
+SET LOCAL jit = off;
+
+-- name: learn_array_types
+-- No parameters. A column of each array type notifier's statements pass or return, so a new
+-- pool connection learns their codecs in one catalogue query.
+SELECT NULL::bigint[] AS bigints, NULL::uuid[] AS uuids, NULL::boolean[] AS booleans,
+       NULL::float8[] AS floats, NULL::integer[] AS integers,
+       NULL::timestamptz[] AS timestamps, NULL::text[] AS texts;
+
 -- name: claim_by_ids
 -- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
 -- Claims exactly the named rows that are claimable now and not locked by another claim.

@@ -4,6 +4,7 @@ transaction-mode pool is caught by its round trip."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 import anyio
@@ -13,6 +14,7 @@ import pytest
 from notifier.config import RetentionSettings
 from notifier.database import connect, create_pool
 from notifier.maintenance import cleanup
+from notifier.queries import sql
 from notifier.tokens import TokenKeys
 from tests.support.deliveries import enqueue, enqueue_many
 from tests.support.smtp_server import SmtpServer
@@ -61,6 +63,34 @@ async def test_pgbouncer_transaction_mode_needs_the_statement_cache_off(
         "DuplicatePreparedStatementError",
     }, cached
     assert uncached == Counter()
+
+
+async def test_pgbouncer_transaction_mode_pool_learns_types_with_jit_off(
+    pooled: PooledDatabase,
+) -> None:
+    # asyncpg's catalogue query for a new array type, run with JIT on, takes a second or
+    # more; through a transaction pooler its own "jit off" lands on another server.
+    db = await connect(pooled.direct)
+    try:
+        await db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        await db.execute("SELECT pg_stat_statements_reset()")
+        pool = await create_pool(
+            pooled.transaction, max_size=POOL_CONNECTIONS, statement_cache_size=0
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(CONCURRENT_STATEMENTS):
+                    tg.start_soon(pool.fetch, sql("check_sendable"), [i], [uuid.uuid4()])
+        finally:
+            await pool.close()
+        row = await db.fetchrow(
+            """SELECT sum(calls) AS calls, sum(jit_functions) AS jitted
+               FROM pg_stat_statements WHERE query LIKE '%typeinfo_tree%'"""
+        )
+    finally:
+        await db.close()
+    assert row["calls"] > 0  # the types were learnt...
+    assert row["jitted"] == 0  # ...without JIT
 
 
 async def test_pgbouncer_transaction_mode_carries_requests_claims_and_completions(

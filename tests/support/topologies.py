@@ -52,7 +52,8 @@ class PooledDatabase:
 def pooled_server() -> Iterator[PooledServer]:
     try:
         with topology() as owned:
-            server = owned.single()
+            # pg_stat_statements: tests read how statements ran (with JIT or not).
+            server = owned.single(settings={"shared_preload_libraries": "pg_stat_statements"})
             transaction = owned.pgbouncer(server.port, "transaction")
             session = owned.pgbouncer(server.port, "session")
             template = anyio.run(create_template, server.url(), backend="asyncio")

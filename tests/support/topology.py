@@ -459,11 +459,13 @@ class Topology:
         cluster.start(databases)
         return cluster
 
-    def single(self, databases: tuple[str, ...] = ()) -> PostgresServer:
+    def single(
+        self, databases: tuple[str, ...] = (), settings: Mapping[str, str] | None = None
+    ) -> PostgresServer:
         server = PostgresServer("primary", self.root, self._runner, self.bin_dir)
         self._closers.append(server)
         server.initdb()
-        server.start()
+        server.start(settings)
         for name in databases:
             self.psql(server.url(), f'CREATE DATABASE "{name}"')
         return server
