@@ -13,7 +13,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -357,8 +356,7 @@ class PgBouncer:
     start() until close(). Any database name a client asks for is pooled to that server's
     database of the same name.
 
-    `retarget()` points it at another server and reloads it (SIGHUP), as a failover hook
-    would; `show()` asks its admin console.
+    `show()` asks its admin console.
     """
 
     def __init__(
@@ -392,14 +390,6 @@ class PgBouncer:
                 log = self.log_path.read_text(errors="replace")
                 raise RuntimeError(f"pgbouncer did not start:\n{log[-2000:]}")
             time.sleep(READY_POLL_SECONDS)
-
-    def retarget(self, server_port: int) -> None:
-        """Point it at the server on `server_port` and reload: new server connections go
-        there (the old server's are gone with it)."""
-        self.server_port = server_port
-        self._write_config()
-        if self._process is not None:
-            self._process.send_signal(signal.SIGHUP)
 
     def show(self, what: str) -> list[dict[str, str]]:
         """`SHOW <what>` on the admin console, as a list of rows."""
