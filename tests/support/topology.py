@@ -313,10 +313,6 @@ class ReplicatedPostgres:
         hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.replica.port}"
         return f"postgresql://{USER}@{hosts}/{database}?target_session_attrs=read-write"
 
-    @property
-    def writable(self) -> PostgresServer:
-        return self.replica if self.failovers else self.primary
-
     def failover(self, detection_seconds: float = 0.0) -> Failover:
         """Kill the primary (pg_ctl stop -m immediate); after `detection_seconds` (what a
         failover manager takes to notice and decide), promote the replica."""
