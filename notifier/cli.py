@@ -13,7 +13,7 @@ import anyio
 
 from notifier import migrations
 from notifier.config import DatabaseSettings
-from notifier.database import PERMISSION_DENIED, connect, database_url, describe
+from notifier.database import ONE_SHOT_CACHE, PERMISSION_DENIED, connect, database_url, describe
 from notifier.errors import NotifierError, UsageError
 from notifier.logs import configure_logging
 
@@ -21,6 +21,7 @@ log = logging.getLogger("notifier")
 
 
 async def _migrate(url: str, show_status: bool) -> int:
+    # `url` must reach a session of its own: the migration lock is held across statements.
     conn = await connect(url)
     try:
         found = migrations.discover()
@@ -43,15 +44,16 @@ async def _migrate(url: str, show_status: bool) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
-        return anyio.run(_migrate, url, args.status, backend="asyncio")
+    settings = DatabaseSettings.from_env()
+    with database_url(settings) as url:
+        return anyio.run(_migrate, settings.listen_url_for(url), args.status, backend="asyncio")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from notifier.runner import WorkerConfig, run_worker
 
     config = WorkerConfig.from_env()  # invalid settings stop here, before any connection
-    with database_url(DatabaseSettings.from_env()) as url:
+    with database_url(config.database) as url:
         anyio.run(run_worker, url, config, backend="asyncio")
     return 0
 
@@ -62,8 +64,9 @@ def cmd_api(args: argparse.Namespace) -> int:
     from notifier.verifications import Policy
 
     policy, settings = Policy.from_env(), ApiSettings.from_env()
-    with database_url(DatabaseSettings.from_env()) as url:
-        anyio.run(run_api, url, policy, settings, backend="asyncio")
+    database = DatabaseSettings.from_env()
+    with database_url(database) as url:
+        anyio.run(run_api, url, policy, settings, database, backend="asyncio")
     return 0
 
 
@@ -90,7 +93,7 @@ async def _suppressions(url: str, clear: str | None) -> int:
     from notifier.config import RequestSettings
 
     separators = RequestSettings.from_env().subaddress_separators
-    conn = await connect(url)
+    conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
     try:
         if clear is not None:
             mailbox = await suppressions.clear(conn, clear, separators)
@@ -128,7 +131,7 @@ async def _stats(url: str, args: argparse.Namespace) -> int:
     from notifier.config import Thresholds
     from notifier.stats import collect, render
 
-    conn = await connect(url)
+    conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
     try:
         stats = await collect(conn, args.window, Thresholds.from_env())
     finally:
@@ -151,7 +154,7 @@ async def _cleanup(url: str) -> int:
     from notifier.maintenance import cleanup
 
     settings, window = RetentionSettings.from_env(), RequestSettings.from_env().resend_window
-    pool = await create_pool(url, max_size=1)
+    pool = await create_pool(url, max_size=1, statement_cache_size=ONE_SHOT_CACHE)
     try:
         report = await cleanup(pool, settings, window)
     finally:

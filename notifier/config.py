@@ -129,14 +129,39 @@ class DatabaseSettings:
     url: str | None = None
     # NOTIFIER_DATA_DIR: the directory the embedded server owns (created on first use).
     data_dir: Path = DEFAULT_DATA_DIR
+    # NOTIFIER_LISTEN_DATABASE_URL: where the workers' LISTEN connections and `notifier
+    # migrate` go; both need a session of their own (direct, or a session-mode pooler).
+    # Unset: NOTIFIER_DATABASE_URL. Lets the pools go through a transaction-mode pooler.
+    listen_url: str | None = None
+    # NOTIFIER_STATEMENT_CACHE_SIZE: prepared statements each connection to
+    # NOTIFIER_DATABASE_URL keeps (asyncpg's statement_cache_size). 0 turns named prepared
+    # statements off, as PgBouncer in transaction or statement mode needs before 1.21 (or
+    # without max_prepared_statements): a statement prepared in one transaction would be
+    # missing on the next server connection.
+    statement_cache_size: int = 100
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> DatabaseSettings:
         env = os.environ if env is None else env
-        return cls(
+        d = cls()
+        settings = cls(
             url=_read(env, "NOTIFIER_DATABASE_URL", _database_url, None),
             data_dir=_read(env, "NOTIFIER_DATA_DIR", Path, DEFAULT_DATA_DIR),
+            listen_url=_read(env, "NOTIFIER_LISTEN_DATABASE_URL", _database_url, None),
+            statement_cache_size=_read(
+                env, "NOTIFIER_STATEMENT_CACHE_SIZE", _integer(0, 10_000), d.statement_cache_size
+            ),
         )
+        if settings.listen_url is not None and settings.url is None:
+            raise ConfigError(
+                "NOTIFIER_LISTEN_DATABASE_URL",
+                "needs NOTIFIER_DATABASE_URL too (the embedded server has one address)",
+            )
+        return settings
+
+    def listen_url_for(self, url: str) -> str:
+        """The LISTEN (and migration) URL, given the URL the pools use."""
+        return self.listen_url or url
 
 
 TlsMode = Literal["none", "starttls", "tls"]

@@ -12,6 +12,7 @@ import asyncpg
 from notifier.config import DatabaseSettings
 from notifier.embedded import embedded_url
 from notifier.errors import DatabaseUnavailable
+from notifier.queries import sql
 
 # Seconds to wait for a connection before reporting the database unreachable.
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -29,22 +30,32 @@ def database_url(settings: DatabaseSettings) -> Iterator[str]:
 
 
 def describe(url: str) -> str:
-    """Where a URL points, without its credentials: host[:port]/database."""
+    """Where a URL points, without its credentials: host[:port][,host[:port]...]/database."""
     parts = urlsplit(url)
-    host = parse_qs(parts.query).get("host", [parts.hostname or "localhost"])[0]
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path or '/'}"
+    query = parse_qs(parts.query)
+    hosts = parts.netloc.rpartition("@")[2]  # "h1:p1,h2:p2" for a multi-host URL
+    if "host" in query:  # a socket directory (or host list) given as a parameter
+        ports = f":{query['port'][0]}" if "port" in query else ""
+        hosts = query["host"][0] + ports
+    return f"{hosts or 'localhost'}{parts.path or '/'}"
 
 
 # What failing to reach PostgreSQL looks like: refused, no such socket or host, timed out,
-# or a server that is starting up or shutting down.
+# a server that is starting up or shutting down, or (during a failover) no host of a
+# multi-host URL that accepts writes yet.
 UNREACHABLE = (
     OSError,
     TimeoutError,
     asyncpg.CannotConnectNowError,
     asyncpg.PostgresConnectionError,
+    asyncpg.TargetServerAttributeNotMatched,
 )
 
+# asyncpg's own default: the statements a connection keeps prepared.
+DEFAULT_STATEMENT_CACHE_SIZE = 100
+# For connections that run a few statements once (start-up checks, stats, cleanup): caching
+# saves nothing there, and without named statements they work through any pooler.
+ONE_SHOT_CACHE = 0
 
 # What a database that went away looks like to a statement on a pooled connection: the
 # request never got an answer, so it is worth retrying (an HTTP request answers 503).
@@ -61,13 +72,39 @@ UNREACHABLE_MIDWAY: tuple[type[Exception], ...] = (
 PERMISSION_DENIED: tuple[type[Exception], ...] = (asyncpg.InsufficientPrivilegeError,)
 
 
-async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
+async def connect(
+    url: str, *, statement_cache_size: int = DEFAULT_STATEMENT_CACHE_SIZE, **kwargs: Any
+) -> asyncpg.Connection:
     """A single connection outside any pool (migrations, the LISTEN connection)."""
     try:
-        conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
+        conn = await asyncpg.connect(
+            url,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            statement_cache_size=statement_cache_size,
+            **kwargs,
+        )
     except UNREACHABLE as exc:
         raise DatabaseUnavailable(describe(url), exc) from exc
     return conn
+
+
+async def init_pool_connection(conn: Any) -> None:
+    """A pool connection's setup: the array types it will use, learnt at once.
+
+    asyncpg learns an array type's codec with a catalogue query the first time a statement
+    uses it, and switches JIT off around that query with two session-level settings. Through
+    a transaction-mode pooler those land on other server connections: the query runs with
+    JIT on (a second or more, stalling whatever waits on it) and the settings leak into the
+    pooler's connections. Learnt here inside one transaction that is rolled back, JIT stays
+    off for it, nothing leaks, and the codecs stay known to the connection.
+    """
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute(sql("jit_off_in_transaction"))
+        await conn.fetch(sql("learn_array_types"))
+    finally:
+        await transaction.rollback()
 
 
 # Statements are batched, so a worker needs few connections: claims, the pre-send gate,
@@ -81,18 +118,29 @@ async def _keep_session(conn: Any) -> None:
     That query is a round trip on every release, doubling the cost of each statement.
     notifier's pool connections never keep session state: transactions are closed (asyncpg
     still rolls back one left open), nothing LISTENs on them, no setting is changed, and the
-    one session-level advisory lock (maintenance) is released before the connection is.
+    only advisory lock taken (maintenance) is transaction-scoped.
     """
 
 
-async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
-    """The pool every runtime statement goes through (the LISTEN connection stays outside)."""
+async def create_pool(
+    url: str,
+    max_size: int = POOL_MAX_SIZE,
+    *,
+    statement_cache_size: int = DEFAULT_STATEMENT_CACHE_SIZE,
+) -> asyncpg.Pool:
+    """The pool every runtime statement goes through (the LISTEN connection stays outside).
+
+    Nothing run on it keeps session state beyond one transaction, so it may go through a
+    transaction-mode pooler (with `statement_cache_size` 0 before PgBouncer 1.21).
+    """
     try:
         return await asyncpg.create_pool(
             url,
             min_size=1,
             max_size=max_size,
+            init=init_pool_connection,
             reset=_keep_session,
+            statement_cache_size=statement_cache_size,
             timeout=CONNECT_TIMEOUT_SECONDS,
             server_settings={"application_name": "notifier"},
         )

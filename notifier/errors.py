@@ -26,7 +26,8 @@ class DatabaseUnavailable(NotifierError):
     def __init__(self, where: str, cause: BaseException) -> None:
         super().__init__(
             f"cannot reach the database at {where} ({type(cause).__name__}: {cause}); "
-            "check NOTIFIER_DATABASE_URL and that PostgreSQL is running"
+            "check NOTIFIER_DATABASE_URL (or NOTIFIER_LISTEN_DATABASE_URL) and that PostgreSQL "
+            "is running"
         )
         self.where = where
 

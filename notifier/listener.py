@@ -3,6 +3,11 @@
 Notifications sent while nobody listens are gone, so every (re)connection is followed by a
 sweep: connect -> LISTEN -> sweep -> notifications (PostgreSQL registers the listener before
 LISTEN commits, so nothing committed after that point is missed).
+
+The round trip's NOTIFY goes through the pool, never the LISTEN connection itself: through
+PgBouncer in transaction mode a session hears its own NOTIFY (it runs on the server
+connection that ran LISTEN) while every other session's is dropped, so only a notification
+from another connection proves that the LISTEN connection hears the database.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
-from notifier.database import connect
+from notifier.database import connect, describe
+from notifier.errors import DatabaseUnavailable
 from notifier.queries import sql
 from notifier.signals import Signals
 
@@ -32,13 +38,22 @@ RECONNECT_CAP_SECONDS = 10.0
 MAX_IDS_PER_PAYLOAD = 1000
 # Malformed payloads are logged once, then every this many, so a flood cannot flood the log.
 MALFORMED_LOG_EVERY = 100
+LISTENER_APPLICATION_NAME = "notifier-listener"
 # Keep the server noticing a vanished client (half-open TCP) within about a minute.
-LISTENER_SERVER_SETTINGS = {
-    "application_name": "notifier-listener",
+KEEPALIVE_SETTINGS = {
     "tcp_keepalives_idle": "30",
     "tcp_keepalives_interval": "10",
     "tcp_keepalives_count": "3",
 }
+# How PgBouncer refuses a startup parameter it does not pass on (protocol violation 08P01).
+REFUSED_STARTUP_PARAMETER = "unsupported startup parameter"
+# Said whenever the connection hears nothing, since the likeliest cause is a pooler.
+POOLER_HINT = (
+    "LISTEN needs a database session of its own: if NOTIFIER_LISTEN_DATABASE_URL (default "
+    "NOTIFIER_DATABASE_URL) goes through PgBouncer or another pooler in transaction or "
+    "statement mode, notifications never arrive; point NOTIFIER_LISTEN_DATABASE_URL at the "
+    "database directly or at a session-mode pool. Until then only the sweep delivers"
+)
 
 
 def parse_payload(payload: str) -> list[int] | str | None:
@@ -66,14 +81,16 @@ class Listener:
     """Owns the LISTEN connection for as long as `run()` runs.
 
     Ids from notifications go to `on_ids`; `on_connected` runs after every successful LISTEN
-    (the worker sweeps then). A periodic self-notification round trip on the channel catches
-    a connection that died silently (half-open TCP, a pooler that swallowed LISTEN); a lost
-    or silent connection is logged loudly, dropped, and replaced with backoff.
+    (the worker sweeps then). A self-notification round trip, sent through `pool` at once
+    after LISTEN and then every `check_interval`, catches a connection that hears nothing
+    (half-open TCP, a transaction-mode pooler); a lost or silent connection is logged
+    loudly, dropped, and replaced with backoff.
     """
 
     def __init__(
         self,
         url: str,
+        pool: Any,
         on_ids: Callable[[list[int]], None],
         on_connected: Callable[[], None],
         signals: Signals,
@@ -81,6 +98,7 @@ class Listener:
         check_timeout: float,
     ) -> None:
         self.url = url
+        self.pool = pool
         self.on_ids = on_ids
         self.on_connected = on_connected
         self.signals = signals
@@ -92,13 +110,15 @@ class Listener:
         self._ping_nonce: str | None = None
         self._pong: anyio.Event | None = None
         self._started = False
+        # Cleared when the server refuses the keepalive settings (PgBouncer does).
+        self._keepalives = True
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; `task_status.started()` follows the first LISTEN."""
         failures = 0
         while True:
             try:
-                conn = await connect(self.url, server_settings=LISTENER_SERVER_SETTINGS)
+                conn = await self._connect()
             except Exception as exc:
                 failures += 1
                 delay = self._backoff(failures)
@@ -106,9 +126,9 @@ class Listener:
                 self.signals.emit("listener_connect_failed", error=str(exc))
                 await anyio.sleep(delay)
                 continue
-            failures = 0
+            heard = False
             try:
-                reason = await self._listen(conn, task_status)
+                heard, reason = await self._listen(conn, task_status)
             except Exception as exc:
                 # The health check runs in a task group: show what failed, not the group.
                 cause: BaseException = exc
@@ -118,49 +138,98 @@ class Listener:
             finally:
                 self.connection = None
                 conn.terminate()
+            # A connection that never passed a check (a pooler that drops LISTEN) is not a
+            # recovery: back off further each time rather than reconnect in a tight loop.
+            failures = 0 if heard else failures + 1
             self.reconnects += 1
             log.error("LISTEN connection lost (%s): reconnecting, then sweeping", reason)
-            self.signals.emit("listener_lost", reason=reason)
-            await anyio.sleep(self._backoff(1))
+            self.signals.emit("listener_lost", reason=reason, heard=heard)
+            await anyio.sleep(self._backoff(max(failures, 1)))
 
-    async def _listen(self, conn: Any, task_status: TaskStatus[None]) -> str:
-        """LISTEN on `conn` and watch it; returns why it stopped being trustworthy."""
+    async def _connect(self) -> Any:
+        # Nothing is worth preparing on this connection, and through a transaction-mode
+        # pooler (a mistake the round trip reports) a prepared statement would break.
+        settings = {"application_name": LISTENER_APPLICATION_NAME}
+        if self._keepalives:
+            try:
+                return await connect(
+                    self.url,
+                    statement_cache_size=0,
+                    server_settings={**settings, **KEEPALIVE_SETTINGS},
+                )
+            except DatabaseUnavailable as exc:
+                if REFUSED_STARTUP_PARAMETER not in str(exc.__cause__):
+                    raise
+            self._keepalives = False
+            log.info(
+                "the LISTEN connection's server refused TCP keepalive settings (a pooler such "
+                "as PgBouncer); connecting without them: the pooler keeps its own keepalives"
+            )
+        return await connect(self.url, statement_cache_size=0, server_settings=settings)
+
+    async def _listen(self, conn: Any, task_status: TaskStatus[None]) -> tuple[bool, str]:
+        """LISTEN on `conn` and watch it; returns whether any round trip passed on it, and
+        why it stopped being trustworthy."""
         lost = anyio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(CHANNEL, self._on_notification)
         self.connection = conn
+        server = await conn.fetchrow(sql("server_address"))
         self.on_connected()
-        self.signals.emit("listener_connected", pid=conn.get_server_pid())
+        where = f"{server['host']}:{server['port']}" if server["host"] else describe(self.url)
+        log.info(
+            "listening on %s (server backend %d); sweeping for rows committed while not listening",
+            where,
+            server["pid"],
+        )
+        self.signals.emit("listener_connected", pid=conn.get_server_pid(), server=where)
         if not self._started:
             self._started = True
             task_status.started()
         reason = "connection closed"
+        heard = False
         async with anyio.create_task_group() as tg:
 
             async def check_health() -> None:
-                nonlocal reason
+                nonlocal reason, heard
                 while True:
-                    await anyio.sleep(self.check_interval)
-                    if not await self._round_trip(conn):
+                    passed = await self._round_trip()
+                    if passed is False:
                         reason = (
                             "no self-notification came back within "
-                            f"{self.check_timeout:g}s (dead connection, or a pooler dropped LISTEN)"
+                            f"{self.check_timeout:g}s (a dead connection, or a pooler that "
+                            "dropped LISTEN)"
+                            if heard
+                            else "it hears nothing: a self-notification sent through the pool "
+                            f"did not arrive within {self.check_timeout:g}s of LISTEN. "
+                            + POOLER_HINT
                         )
                         lost.set()
                         return
+                    heard = heard or passed is True
+                    await anyio.sleep(self.check_interval)
 
             tg.start_soon(check_health)
             await lost.wait()
             tg.cancel_scope.cancel()
-        return reason
+        return heard, reason
 
-    async def _round_trip(self, conn: Any) -> bool:
-        """NOTIFY ourselves on the channel and see it arrive, within the timeout."""
+    async def _round_trip(self) -> bool | None:
+        """NOTIFY through the pool and see it arrive here, within the timeout.
+
+        None when the NOTIFY itself failed (the pool cannot reach the database): that says
+        nothing about this connection, which its termination callback watches meanwhile.
+        """
         self._ping_nonce = secrets.token_hex(8)
         self._pong = anyio.Event()
         payload = orjson.dumps({"v": PAYLOAD_VERSION, "ping": self._ping_nonce}).decode()
         with anyio.move_on_after(self.check_timeout):
-            await conn.execute(sql("notify"), CHANNEL, payload)
+            try:
+                await self.pool.execute(sql("notify"), CHANNEL, payload)
+            except Exception as exc:
+                log.warning("cannot check the LISTEN connection: the NOTIFY failed (%s)", exc)
+                self.signals.emit("listener_check_skipped", error=str(exc))
+                return None
             await self._pong.wait()
             self.signals.emit("listener_checked")
             return True

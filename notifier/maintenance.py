@@ -30,26 +30,24 @@ class CleanupReport:
 
 
 async def cleanup(pool: Any, settings: RetentionSettings, budget_window: float) -> CleanupReport:
-    """Scrub, then delete, batch by batch until nothing is old enough; one run at a time.
+    """Scrub, delete, expire suppressions and forget spent budget counters, batch by batch
+    until nothing is old enough; one batch at a time across every process.
 
-    `budget_window` is the request limits' window (NOTIFIER_RESEND_WINDOW): counters older
-    than it count for nothing.
+    Each batch is a transaction that first takes the maintenance lock (transaction-scoped,
+    so no session state outlives it and a transaction-mode pooler is fine). A process that
+    finds the lock taken at the start stops: another is cleaning up. `budget_window` is the
+    request limits' window (NOTIFIER_RESEND_WINDOW): counters older than it count for nothing.
     """
-    async with pool.acquire() as conn:
-        if not await conn.fetchval(sql("try_maintenance_lock"), MAINTENANCE_LOCK_KEY):
-            return CleanupReport(0, 0, skipped=True)
-        try:
-            batch = settings.batch
-            report = CleanupReport(
-                scrubbed=await _batches(conn, "scrub_finished", settings.scrub_after, batch),
-                deleted=await _batches(conn, "delete_finished", settings.retention, batch),
-                suppressions_expired=await _batches(conn, "expire_suppressions", None, batch),
-                counters_forgotten=await _batches(
-                    conn, "forget_request_counts", budget_window, batch
-                ),
-            )
-        finally:
-            await conn.execute(sql("maintenance_unlock"), MAINTENANCE_LOCK_KEY)
+    batch = settings.batch
+    scrubbed = await _batches(pool, "scrub_finished", settings.scrub_after, batch)
+    if scrubbed is None:
+        return CleanupReport(0, 0, skipped=True)
+    report = CleanupReport(
+        scrubbed=scrubbed,
+        deleted=await _batches(pool, "delete_finished", settings.retention, batch) or 0,
+        suppressions_expired=await _batches(pool, "expire_suppressions", None, batch) or 0,
+        counters_forgotten=await _batches(pool, "forget_request_counts", budget_window, batch) or 0,
+    )
     if report.scrubbed or report.deleted or report.suppressions_expired:
         log.info(
             "cleanup: scrubbed %d addresses, deleted %d finished deliveries, expired %d "
@@ -61,11 +59,15 @@ async def cleanup(pool: Any, settings: RetentionSettings, budget_window: float) 
     return report
 
 
-async def _batches(conn: Any, statement: str, age: float | None, batch: int) -> int:
+async def _batches(pool: Any, statement: str, age: float | None, batch: int) -> int | None:
+    """Rows done, batch by batch; None if another process held the lock at the start."""
     total = 0
+    args = (batch,) if age is None else (age, batch)
     while True:
-        args = (batch,) if age is None else (age, batch)
-        done = int(await conn.fetchval(sql(statement), *args))
+        async with pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(sql("try_maintenance_lock"), MAINTENANCE_LOCK_KEY):
+                return total or None
+            done = int(await conn.fetchval(sql(statement), *args))
         total += done
         if done < batch:
             return total

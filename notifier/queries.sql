@@ -265,6 +265,18 @@ SELECT notifier.grant_runtime_v1($1);
 -- No parameters. The database answers.
 SELECT 1;
 
+-- name: jit_off_in_transaction
+-- No parameters. For the rest of this transaction only: asyncpg's type catalogue query is
+-- planned expensive enough that JIT compiles it (a second and more).
+SET LOCAL jit = off;
+
+-- name: learn_array_types
+-- No parameters. A column of each array type notifier's statements pass or return, so a new
+-- pool connection learns their codecs in one catalogue query.
+SELECT NULL::bigint[] AS bigints, NULL::uuid[] AS uuids, NULL::boolean[] AS booleans,
+       NULL::float8[] AS floats, NULL::integer[] AS integers,
+       NULL::timestamptz[] AS timestamps, NULL::text[] AS texts, NULL::bytea[] AS bytes;
+
 -- name: claim_by_ids
 -- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
 -- Claims exactly the named rows that are claimable now and not locked by another claim.
@@ -462,6 +474,11 @@ SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,
 -- $1: channel, $2: payload. The listener's self-notification round trip.
 SELECT pg_notify($1, $2);
 
+-- name: server_address
+-- No parameters. Which server a connection reached (host NULL over a Unix socket), for the
+-- log: after a failover it names the new primary.
+SELECT host(inet_server_addr()) AS host, inet_server_port() AS port, pg_backend_pid() AS pid;
+
 -- name: queue_health
 -- No parameters. The figures behind the queue gauges and `notifier stats`. Each count is
 -- served by a partial index.
@@ -574,12 +591,9 @@ WITH batch AS (
 SELECT count(*) FROM deleted;
 
 -- name: try_maintenance_lock
--- $1: advisory lock key. One maintenance run at a time across every worker.
-SELECT pg_try_advisory_lock($1);
-
--- name: maintenance_unlock
--- $1: advisory lock key.
-SELECT pg_advisory_unlock($1);
+-- $1: advisory lock key. One maintenance batch at a time across every worker; held until
+-- the batch's transaction ends, so no session state is left behind (poolers).
+SELECT pg_try_advisory_xact_lock($1);
 
 -- name: password_statement
 -- $1: a new password for the current user. ALTER ROLE takes no bind parameters, so this

@@ -19,13 +19,14 @@ from notifier import migrations
 from notifier.api import create_internal_app
 from notifier.config import (
     ApiSettings,
+    DatabaseSettings,
     RequestSettings,
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
     WorkerSettings,
 )
-from notifier.database import connect, create_pool
+from notifier.database import ONE_SHOT_CACHE, connect, create_pool
 from notifier.errors import MigrationError
 from notifier.httpserver import Listener, http_server, listen
 from notifier.mailer import Transport, transport_from_settings
@@ -53,10 +54,12 @@ class WorkerConfig:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     # The limits' window, which says when budget counters can be forgotten.
     requests: RequestSettings = field(default_factory=RequestSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
         return cls(
+            database=DatabaseSettings.from_env(),
             worker=WorkerSettings.from_env(),
             smtp=SmtpSettings.from_env(),
             tokens=TokenSettings.from_env(),
@@ -68,7 +71,7 @@ class WorkerConfig:
 
 async def require_current_schema(url: str) -> None:
     """Refuse to start on a database whose schema is behind this release."""
-    conn = await connect(url)
+    conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
     try:
         current = await migrations.status(conn, migrations.discover())
     finally:
@@ -79,11 +82,16 @@ async def require_current_schema(url: str) -> None:
 
 
 def build_worker(
-    url: str, pool: Any, config: WorkerConfig, transport: Transport, signals: Signals | None = None
+    listen_url: str,
+    pool: Any,
+    config: WorkerConfig,
+    transport: Transport,
+    signals: Signals | None = None,
 ) -> Worker:
+    """A worker whose statements go through `pool` and whose LISTEN goes to `listen_url`."""
     return Worker(
         pool=pool,
-        database_url=url,
+        database_url=listen_url,
         settings=config.worker,
         transport=transport,
         templates=config.templates,
@@ -98,12 +106,12 @@ async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = N
     """Run one worker until SIGTERM or SIGINT; a second signal exits at once."""
     await require_current_schema(url)
     telemetry = Telemetry.configure("notifier-worker")
-    pool = await create_pool(url)
+    pool = await create_pool(url, statement_cache_size=config.database.statement_cache_size)
     transport = transport_from_settings(config.worker.transport, config.smtp)
     signals = signals or Signals()
     signals.subscribe(WorkerMetrics())
     try:
-        worker = build_worker(url, pool, config, transport, signals)
+        worker = build_worker(config.database.listen_url_for(url), pool, config, transport, signals)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, [worker.stop])
             if telemetry.meter_provider is not None:
@@ -171,12 +179,15 @@ async def keep_key_usage(services: Services) -> None:
 KEY_USAGE_FLUSH_SECONDS = 5.0
 
 
-async def run_api(url: str, policy: Policy, settings: ApiSettings) -> None:
+async def run_api(
+    url: str, policy: Policy, settings: ApiSettings, database: DatabaseSettings | None = None
+) -> None:
     """Serve the internal API and the public pages until SIGTERM or SIGINT."""
+    database = database or DatabaseSettings()
     await require_current_schema(url)
     sockets = bind_listeners(settings)
     telemetry = Telemetry.configure("notifier-api", prometheus=True)
-    pool = await create_pool(url)
+    pool = await create_pool(url, statement_cache_size=database.statement_cache_size)
     services = Services.over(pool, policy)
     listeners = http_listeners(services, settings, sockets)
     for listener in listeners:

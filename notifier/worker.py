@@ -129,8 +129,11 @@ class Worker:
         )
         self.backoff = Backoff.from_settings(settings)
         self.intake = Intake()
+        # database_url is where LISTEN goes (NOTIFIER_LISTEN_DATABASE_URL); its round trips'
+        # NOTIFYs go through the pool, so they cross from one connection to the other.
         self.listener = Listener(
             database_url,
+            pool,
             on_ids=self.intake.offer_ids,
             on_connected=lambda: self.intake.request_sweep("sweep"),
             signals=self.signals,

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from benchmarks.soak.runner import run_soak
 from benchmarks.soak.settings import SoakSettings
+from benchmarks.soak.topology import TOPOLOGIES
 
 
 def parse(argv: Sequence[str] | None = None) -> SoakSettings:
@@ -46,6 +47,13 @@ def parse(argv: Sequence[str] | None = None) -> SoakSettings:
     parser.add_argument(
         "--run-dir", type=Path, help="where to keep the database, logs and summary.json"
     )
+    parser.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        help="single: the embedded server, restarted once (default); failover: a primary and "
+        "a streaming replica, failed over once instead; pgbouncer: pools through PgBouncer in "
+        "transaction mode, LISTEN through it in session mode, the server restarted behind it",
+    )
     args = parser.parse_args(argv)
     settings = SoakSettings.quick() if args.quick else SoakSettings()
     overrides = {
@@ -56,6 +64,7 @@ def parse(argv: Sequence[str] | None = None) -> SoakSettings:
         "duration": args.duration,
         "drain_timeout": args.drain_timeout,
         "run_dir": args.run_dir,
+        "topology": args.topology,
     }
     settings = dataclasses.replace(
         settings, **{k: v for k, v in overrides.items() if v is not None}

@@ -581,7 +581,8 @@ def _check_faults_injected(
     findings: Findings, faults: FaultInjector, settings: SoakSettings
 ) -> None:
     kinds = Counter(event.kind for event in faults.events)
-    planned = ["sigkill", "sigterm", "listen_kill", "pg_restart"]
+    database_fault = "pg_failover" if settings.topology == "failover" else "pg_restart"
+    planned = ["sigkill", "sigterm", "listen_kill", database_fault]
     if settings.stall_seconds > 0:
         planned.append("sigstop")
     for kind in planned:

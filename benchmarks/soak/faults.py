@@ -1,5 +1,5 @@
 """The process and database faults: SIGKILL, SIGTERM, stalls, dead LISTEN connections, and
-one database restart.
+one database restart or failover.
 
 Each kind runs in its own loop at its own random interval until the stop event; an action
 under way when the stop comes is finished, so no slot is left down. (SMTP faults are the
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from benchmarks.soak.postgres import SoakPostgres
 from benchmarks.soak.probe import Probe
 from benchmarks.soak.processes import ProcessFailed, Slot
 from benchmarks.soak.settings import SoakSettings
+from benchmarks.soak.topology import SoakDatabase
 
 # A slot that fails to start (the database may be down) is tried again this many times,
 # this many seconds apart: what a process supervisor would do.
@@ -42,7 +42,7 @@ BUSY_RETRY_SECONDS = 0.5
 class FaultEvent:
     """One injected fault: what, when (time.time()), against what."""
 
-    kind: str  # sigkill, sigterm, sigstop, listen_kill, pg_restart
+    kind: str  # sigkill, sigterm, sigstop, listen_kill, pg_restart, pg_failover
     at: float
     done_at: float
     target: str
@@ -53,20 +53,21 @@ class FaultInjector:
     """Runs the fault loops over the worker slots and the database from run() to its stop."""
 
     def __init__(
-        self, settings: SoakSettings, workers: list[Slot], postgres: SoakPostgres, seed: int
+        self, settings: SoakSettings, workers: list[Slot], database: SoakDatabase, seed: int
     ) -> None:
         self.settings = settings
         self.workers = workers
-        self.postgres = postgres
+        self.database = database
         self.random = random.Random(seed)
         self.events: list[FaultEvent] = []
         self.problems: list[str] = []
         self.start_failures: list[str] = []
         self.listen_kills_missed = 0
-        self._probe = Probe(postgres.url, "soak-faults")
+        self._probe = Probe(database.probe_url, "soak-faults")
 
     async def run(self, stop: anyio.Event, restart_database: anyio.Event) -> None:
-        """Inject faults until `stop`; restart the database once, when `restart_database`."""
+        """Inject faults until `stop`; restart (or fail over) the database once, when
+        `restart_database`."""
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._every, self.settings.kill_every, stop, self._kill_one)
@@ -225,12 +226,13 @@ class FaultInjector:
 
     async def _restart_database(self, stop: anyio.Event, when: anyio.Event) -> None:
         await wait_any(stop, when)
+        kind = self.database.fault_kind
         if not when.is_set():
-            self.problems.append("the run ended before PostgreSQL was restarted")
+            self.problems.append(f"the run ended before the database fault ({kind})")
             return
         with anyio.CancelScope(shield=True):
-            began, done = await self.postgres.restart()
-        self.events.append(FaultEvent("pg_restart", began, done, "postgres"))
+            began, done = await self.database.fault()
+        self.events.append(FaultEvent(kind, began, done, "postgres"))
 
 
 async def wait_any(*events: anyio.Event) -> None:

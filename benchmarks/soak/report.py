@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.soak.checks import CHECKS, Findings
-from benchmarks.soak.faults import FaultInjector
+from benchmarks.soak.evidence import Evidence
+from benchmarks.soak.faults import FaultEvent, FaultInjector
 from benchmarks.soak.load import LoadStats
 from benchmarks.soak.monitor import Backlog
 from benchmarks.soak.settings import SoakSettings
+from benchmarks.soak.smtp import Transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,36 @@ class Timings:
     load: float
     drain: float | None
     total: float
+    # Seconds from the primary's death to the first message the mail server kept under a
+    # claim made on the new primary (failover topology only).
+    failover_gap: float | None = None
+
+
+def failover_gap(
+    events: list[FaultEvent], evidence: Evidence, transactions: list[Transaction]
+) -> float | None:
+    """The failover's gap: from the primary's death to the first delivery claimed after it."""
+    died = next((e.at for e in events if e.kind == "pg_failover"), None)
+    if died is None:
+        return None
+    message_of = {row.id: row.message_id for row in evidence.rows}
+    claimed_after = {
+        message_of[a.outbox_id]
+        for a in evidence.attempts
+        if a.outcome == "sent" and a.claimed_at is not None and a.claimed_at >= died
+    }
+    first = min(
+        (
+            tx.body_at
+            for tx in transactions
+            if tx.kept
+            and tx.body_at is not None
+            and tx.body_at >= died
+            and tx.message_id in claimed_after
+        ),
+        default=None,
+    )
+    return None if first is None else first - died
 
 
 def summary_rows(
@@ -38,9 +70,16 @@ def summary_rows(
 ) -> list[tuple[str, list[tuple[str, str]]]]:
     """The summary as sections of (label, value) pairs, for the table and the JSON file."""
     kinds = Counter(event.kind for event in faults.events)
-    restarts = [e for e in faults.events if e.kind == "pg_restart"]
+    restarts = [e for e in faults.events if e.kind in ("pg_restart", "pg_failover")]
     c = findings.counts
     restarted = str(len(restarts)) + "".join(f" ({e.done_at - e.at:.1f}s)" for e in restarts)
+    if settings.topology == "failover":
+        database_fault = [
+            ("PostgreSQL failover (kill to promoted)", restarted),
+            ("failover gap (kill to first delivery on the new primary)", _gap(timings)),
+        ]
+    else:
+        database_fault = [("PostgreSQL restart (pg_ctl restart took)", restarted)]
     sections: list[tuple[str, list[tuple[str, str]]]] = [
         (
             "Run",
@@ -48,6 +87,7 @@ def summary_rows(
                 ("verifications requested", str(settings.count)),
                 ("worker processes", str(settings.workers)),
                 ("seed", str(settings.seed)),
+                ("topology", settings.topology),
                 (
                     "lease / slow reply / data timeout",
                     f"{settings.lease_seconds:g}s / "
@@ -73,7 +113,7 @@ def summary_rows(
                     "LISTEN connection terminated (tries that found none)",
                     f"{kinds['listen_kill']} ({faults.listen_kills_missed})",
                 ),
-                ("PostgreSQL restart (pg_ctl restart took)", restarted),
+                *database_fault,
                 *[(f"SMTP {kind}", str(n)) for kind, n in sorted(findings.smtp_faults.items())],
                 ("worker restarts refused (database down)", str(len(faults.start_failures))),
             ],
@@ -181,6 +221,10 @@ def write_json(
         "ok": findings.ok,
     }
     path.write_text(json.dumps(data, indent=2))
+
+
+def _gap(timings: Timings) -> str:
+    return "no delivery" if timings.failover_gap is None else f"{timings.failover_gap:.2f}s"
 
 
 def _seconds(value: float | None) -> str:

@@ -1,10 +1,11 @@
 """One soak run, phase by phase: set up, load under faults, drain, collect, check, report.
 
-Set up: a PostgreSQL of the run's own, migrated; the misbehaving mail server; the API and
-the workers as real `notifier` processes. Load under faults: the requests go in at a steady
-pace while workers are killed and terminated, LISTEN connections cut, the database
-restarted once and the mail server misbehaves. Drain: faults stop, every worker runs, and
-every row must become terminal within the drain timeout. Then everything is read and checked.
+Set up: a PostgreSQL of the run's own in the chosen topology, migrated; the misbehaving
+mail server; the API and the workers as real `notifier` processes. Load under faults: the
+requests go in at a steady pace while workers are killed and terminated, LISTEN connections
+cut, the database restarted (or failed over) once and the mail server misbehaves. Drain:
+faults stop, every worker runs, and every row must become terminal within the drain timeout.
+Then everything is read and checked.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from benchmarks.soak.evidence import collect
 from benchmarks.soak.faults import FaultInjector
 from benchmarks.soak.load import LoadStats, plan_requests, run_load
 from benchmarks.soak.monitor import Backlog, sample_backlog, wait_drained
-from benchmarks.soak.postgres import SoakPostgres
 from benchmarks.soak.processes import ProcessFailed, Slot, run_once
-from benchmarks.soak.report import Timings, render, summary_rows, write_json
+from benchmarks.soak.report import Timings, failover_gap, render, summary_rows, write_json
 from benchmarks.soak.settings import SoakSettings
 from benchmarks.soak.smtp import FaultySmtp, MailLog
+from benchmarks.soak.topology import SoakDatabase, soak_database
 from notifier import apikeys
+from tests.support.topology import TopologyUnavailable
 
 # Seconds the API may take to answer /readyz with 200 after it starts.
 API_READY_TIMEOUT_SECONDS = 30.0
@@ -51,33 +53,50 @@ async def run_soak(settings: SoakSettings, console: Console) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     console.print(
         f"soak: {settings.count} verifications, {settings.workers} workers, "
-        f"seed {settings.seed}; files in {run_dir}"
+        f"seed {settings.seed}, {settings.topology} topology; files in {run_dir}"
     )
-    postgres = SoakPostgres(run_dir / "pg")
-    url = await anyio.to_thread.run_sync(postgres.start)
+    try:
+        with soak_database(settings.topology, run_dir) as database:
+            return await _run(settings, console, database, run_dir, began)
+    except (ProcessFailed, TopologyUnavailable) as exc:
+        console.print(f"[red]soak: could not run the product:[/red] {exc}")
+        return EXIT_BROKEN
+
+
+async def _run(
+    settings: SoakSettings,
+    console: Console,
+    database: SoakDatabase,
+    run_dir: Path,
+    began: float,
+) -> int:
+    logs = run_dir / "logs"
+    url = database.probe_url
     mail = MailLog(settings.smtp_faults, settings.seed, settings.slow_reply_seconds)
     smtp = FaultySmtp(settings.workers, mail)
     smtp.start()
-    injector = FaultInjector(settings, [], postgres, settings.seed)
+    injector = FaultInjector(settings, [], database, settings.seed)
     stats = LoadStats(plan_requests(settings.count, secrets.token_hex(3)))
     backlog = Backlog()
     setup_seconds = load_seconds = 0.0
     drained_in: float | None = None
     try:
-        await run_once(["migrate"], settings.common_env(url), logs / "migrate.log")
+        await run_once(["migrate"], settings.common_env(database.env), logs / "migrate.log")
         # The soak's client key, registered as a deployment would provision one.
         api_key = apikeys.generate().key
         await run_once(
             ["keys", "create", "soak", "--scope", "request", "--key-from-env", "SOAK_API_KEY"],
-            {**settings.common_env(url), "SOAK_API_KEY": api_key},
+            {**settings.common_env(database.env), "SOAK_API_KEY": api_key},
             logs / "keys.log",
         )
         api_port, public_port = _free_port(), _free_port()
         api_url = f"http://127.0.0.1:{api_port}"
         async with anyio.create_task_group() as watchers:
-            api = Slot("api", 0, settings.api_env(url, api_port, public_port), logs, watchers)
+            api = Slot(
+                "api", 0, settings.api_env(database.env, api_port, public_port), logs, watchers
+            )
             workers = [
-                Slot("worker", i, settings.worker_env(url, smtp.ports[i]), logs, watchers)
+                Slot("worker", i, settings.worker_env(database.env, smtp.ports[i]), logs, watchers)
                 for i in range(settings.workers)
             ]
             injector.workers = workers
@@ -126,14 +145,10 @@ async def run_soak(settings: SoakSettings, console: Console) -> int:
                 for slot in [api, *workers]:
                     slot.kill_now()
         evidence = await collect(url, run_dir / "dump")
-    except ProcessFailed as exc:
-        console.print(f"[red]soak: could not run the product:[/red] {exc}")
-        return EXIT_BROKEN
     finally:
         smtp.stop()
-        await anyio.to_thread.run_sync(postgres.stop)
 
-    haystacks = [*sorted(logs.glob("*.log")), postgres.log_path, *evidence.dump_paths]
+    haystacks = [*sorted(logs.glob("*.log")), *database.log_paths, *evidence.dump_paths]
     findings = check_all(
         settings,
         evidence,
@@ -145,7 +160,13 @@ async def run_soak(settings: SoakSettings, console: Console) -> int:
         drained_in,
         haystacks,
     )
-    timings = Timings(setup_seconds, load_seconds, drained_in, time.monotonic() - began)
+    timings = Timings(
+        setup_seconds,
+        load_seconds,
+        drained_in,
+        time.monotonic() - began,
+        failover_gap(injector.events, evidence, mail.transactions),
+    )
     sections = summary_rows(settings, findings, injector, stats, backlog, timings)
     render(console, sections, findings)
     write_json(run_dir / "summary.json", sections, findings)

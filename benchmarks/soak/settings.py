@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.soak.smtp import Fault
+from benchmarks.soak.topology import TopologyName
 
 # The secret every process of a run shares, made for the run as an operator would make one.
 TOKEN_SECRET = secrets.token_urlsafe(32)
@@ -44,10 +45,14 @@ class SoakSettings:
     drain_timeout: float = 120.0
     # Where the run keeps its database, logs and summary (a fresh directory if None).
     run_dir: Path | None = None
+    # Where PostgreSQL runs (benchmarks/soak/topology.py): single (the embedded server,
+    # restarted once), failover (primary and streaming replica, failed over once instead of
+    # the restart) or pgbouncer (pools through PgBouncer, restarted once behind it).
+    topology: TopologyName = "single"
 
     # Faults: a SIGKILL every kill_every seconds (uniformly drawn), a SIGTERM every
     # term_every, a LISTEN connection terminated every listen_kill_every, and one
-    # PostgreSQL restart once this fraction of the requests has been accepted.
+    # PostgreSQL restart (or failover) once this fraction of the requests has been accepted.
     kill_every: tuple[float, float] = (2.0, 5.0)
     term_every: tuple[float, float] = (8.0, 15.0)
     listen_kill_every: tuple[float, float] = (3.0, 8.0)
@@ -82,9 +87,9 @@ class SoakSettings:
         base = cls(count=300, rate=10.0, duration=90.0, drain_timeout=45.0)
         return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
-    def worker_env(self, database_url: str, smtp_port: int) -> dict[str, str]:
+    def worker_env(self, database: dict[str, str], smtp_port: int) -> dict[str, str]:
         return {
-            **self.common_env(database_url),
+            **self.common_env(database),
             "NOTIFIER_SMTP_HOST": "127.0.0.1",
             "NOTIFIER_SMTP_PORT": str(smtp_port),
             "NOTIFIER_SMTP_TLS": "none",
@@ -102,18 +107,19 @@ class SoakSettings:
             "NOTIFIER_LISTENER_CHECK_TIMEOUT": f"{self.listener_check_timeout:g}",
         }
 
-    def api_env(self, database_url: str, port: int, public_port: int) -> dict[str, str]:
+    def api_env(self, database: dict[str, str], port: int, public_port: int) -> dict[str, str]:
         return {
-            **self.common_env(database_url),
+            **self.common_env(database),
             "NOTIFIER_API_HOST": "127.0.0.1",
             "NOTIFIER_API_PORT": str(port),
             "NOTIFIER_PUBLIC_HOST": "127.0.0.1",
             "NOTIFIER_PUBLIC_PORT": str(public_port),
         }
 
-    def common_env(self, database_url: str) -> dict[str, str]:
+    def common_env(self, database: dict[str, str]) -> dict[str, str]:
+        """`database`: NOTIFIER_DATABASE_URL and its companions, from the topology."""
         return {
-            "NOTIFIER_DATABASE_URL": database_url,
+            **database,
             "NOTIFIER_TOKEN_SECRET": TOKEN_SECRET,
             "NOTIFIER_PUBLIC_URL": PUBLIC_URL,
             "NOTIFIER_MAIL_FROM": MAIL_FROM,

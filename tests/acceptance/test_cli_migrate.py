@@ -35,6 +35,20 @@ async def test_migrate_twice_exits_zero_and_leaves_one_schema(empty_database_url
     assert await _ledger(empty_database_url) == [m.version for m in migrations.discover()]
 
 
+async def test_migrate_goes_to_the_listen_url_which_keeps_a_session(
+    empty_database_url: str,
+) -> None:
+    # The migration lock is held across statements, which a transaction-mode pooler at
+    # NOTIFIER_DATABASE_URL would break: migrate uses the session URL instead.
+    env = {
+        "NOTIFIER_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/nowhere",
+        "NOTIFIER_LISTEN_DATABASE_URL": empty_database_url,
+    }
+    result = await run_cli("migrate", env=env)
+    assert result.returncode == 0, result.stderr
+    assert await _ledger(empty_database_url) == [m.version for m in migrations.discover()]
+
+
 async def test_two_migrate_processes_at_once_both_exit_zero(empty_database_url: str) -> None:
     env = {"NOTIFIER_DATABASE_URL": empty_database_url}
     results: list[Result] = []

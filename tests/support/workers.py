@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from notifier.config import SmtpSettings, WorkerSettings
-from notifier.database import create_pool
+from notifier.database import DEFAULT_STATEMENT_CACHE_SIZE, create_pool
 from notifier.mailer import SmtpTransport, Transport
 from notifier.messages import Templates
 from notifier.signals import Signals
@@ -49,10 +49,15 @@ async def running_worker(
     transport: Transport | None = None,
     name: str = "w1",
     signals: Signals | None = None,
+    pool_url: str | None = None,
+    statement_cache_size: int = DEFAULT_STATEMENT_CACHE_SIZE,
     **overrides: Any,
 ) -> AsyncIterator[Worker]:
-    """A started worker (listening, in notify mode) that is stopped cleanly on exit."""
-    pool = await create_pool(database_url)
+    """A started worker (listening, in notify mode) that is stopped cleanly on exit.
+
+    It LISTENs at `database_url`; its pool goes to `pool_url` (default: the same).
+    """
+    pool = await create_pool(pool_url or database_url, statement_cache_size=statement_cache_size)
     transport = transport or SmtpTransport(smtp or SmtpSettings())
     worker = Worker(
         pool=pool,

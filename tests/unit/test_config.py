@@ -105,3 +105,39 @@ def test_a_generated_secret_is_accepted() -> None:
 def test_dev_mode_accepts_any_secret_of_the_right_length() -> None:
     settings = TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": "a" * 32}, strict=False)
     assert settings.secrets == ("a" * 32,)
+
+
+def test_listen_url_defaults_to_the_database_url() -> None:
+    settings = DatabaseSettings.from_env({"NOTIFIER_DATABASE_URL": "postgresql://db/app"})
+    assert settings.listen_url_for("postgresql://db/app") == "postgresql://db/app"
+
+
+def test_listen_url_can_bypass_the_pooler_the_database_url_goes_through() -> None:
+    settings = DatabaseSettings.from_env(
+        {
+            "NOTIFIER_DATABASE_URL": "postgresql://pgbouncer:6432/app",
+            "NOTIFIER_LISTEN_DATABASE_URL": "postgresql://db:5432/app",
+            "NOTIFIER_STATEMENT_CACHE_SIZE": "0",
+        }
+    )
+    assert settings.listen_url_for("postgresql://pgbouncer:6432/app") == "postgresql://db:5432/app"
+    assert settings.statement_cache_size == 0
+
+
+def test_listen_url_without_a_database_url_is_refused() -> None:
+    with pytest.raises(ConfigError, match="NOTIFIER_DATABASE_URL too"):
+        DatabaseSettings.from_env({"NOTIFIER_LISTEN_DATABASE_URL": "postgresql://db/app"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("NOTIFIER_LISTEN_DATABASE_URL", "mysql://db/app"),
+        ("NOTIFIER_STATEMENT_CACHE_SIZE", "-1"),
+        ("NOTIFIER_STATEMENT_CACHE_SIZE", "many"),
+    ],
+)
+def test_invalid_database_setting_names_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        DatabaseSettings.from_env({"NOTIFIER_DATABASE_URL": "postgresql://db/app", variable: value})
+    assert caught.value.setting == variable
