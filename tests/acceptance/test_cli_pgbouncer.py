@@ -19,6 +19,7 @@ from tests.support.topologies import PooledDatabase
 from tests.support.traffic import (
     WORKER_READY,
     Traffic,
+    client_key,
     running_service,
     service_env,
     wait_until,
@@ -43,7 +44,8 @@ async def test_pgbouncer_transaction_pools_with_direct_listen_deliver_everything
         NOTIFIER_LISTEN_DATABASE_URL=pooled.direct,
         NOTIFIER_SWEEP_INTERVAL="60",  # slow: deliveries must come from notifications
     )
-    traffic = Traffic(f"http://127.0.0.1:{port}", RATE, secrets.token_hex(4))
+    key = await client_key(pooled.direct)
+    traffic = Traffic(f"http://127.0.0.1:{port}", key, RATE, secrets.token_hex(4))
     db = await asyncpg.connect(pooled.direct)
     try:
         async with running_service(env, [env, env]) as service:

@@ -32,7 +32,14 @@ from tests.support.topology import (
     free_port,
     topology,
 )
-from tests.support.traffic import Answer, Traffic, running_service, service_env, wait_until
+from tests.support.traffic import (
+    Answer,
+    Traffic,
+    client_key,
+    running_service,
+    service_env,
+    wait_until,
+)
 
 # Seconds between the primary's death and the promotion: a failover manager's detection,
 # shortened (Patroni's default TTL is 30 s, managed services take 30-120 s).
@@ -90,7 +97,8 @@ async def run_failover(cluster: ReplicatedPostgres, smtp: SmtpServer) -> Failove
     assert migrated.returncode == 0, migrated.stderr
     api_port = free_port()
     env = service_env(url, smtp, api_port, **FAST)
-    traffic = Traffic(f"http://127.0.0.1:{api_port}", RATE, secrets.token_hex(4))
+    key = await client_key(url)
+    traffic = Traffic(f"http://127.0.0.1:{api_port}", key, RATE, secrets.token_hex(4))
     async with running_service(env, [env, env]) as service:
         async with anyio.create_task_group() as tg:
             tg.start_soon(traffic.run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 import anyio
 import httpx
 
+from notifier import apikeys
+from notifier.database import ONE_SHOT_CACHE, connect
 from tests.conftest import TEST_SECRET
 from tests.support.cli import RunningCli, running_cli
 from tests.support.smtp_server import SmtpServer
@@ -23,15 +26,24 @@ REQUEST_TIMEOUT_SECONDS = 15.0
 MAX_IN_FLIGHT = 16
 # Seconds a process may take to say it is ready, or to exit after SIGTERM.
 PROCESS_WAIT_SECONDS = 30.0
-API_READY = "API listening"
+API_READY = "public pages listening"  # logged once both listeners listen
 WORKER_READY = "delivering ("
 # How often wait_until looks again, seconds.
 POLL_SECONDS = 0.1
 
 
-def api_headers(idempotency_key: str) -> dict[str, str]:
-    """The headers of every request these tests send to the API (credentials go here)."""
-    return {"Idempotency-Key": idempotency_key}
+def api_headers(idempotency_key: str, key: str) -> dict[str, str]:
+    """The headers of every request these tests send to the API."""
+    return {"Idempotency-Key": idempotency_key, "Authorization": f"Bearer {key}"}
+
+
+async def client_key(database_url: str) -> str:
+    """A new API key of scope "request" for the traffic, on the database behind the URL."""
+    conn = await connect(database_url, statement_cache_size=ONE_SHOT_CACHE)
+    try:
+        return (await apikeys.create(conn, f"traffic-{uuid.uuid4().hex[:6]}", ["request"])).key
+    finally:
+        await conn.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +66,9 @@ class Traffic:
     API answered is the record.
     """
 
-    def __init__(self, base_url: str, rate: float, prefix: str) -> None:
+    def __init__(self, base_url: str, key: str, rate: float, prefix: str) -> None:
         self.base_url = base_url
+        self.key = key
         self.rate = rate
         self.prefix = prefix
         self.answers: list[Answer] = []
@@ -97,7 +110,9 @@ class Traffic:
         body = {"user_id": key, "email": f"t{index}.{self.prefix}@example.com"}
         sent_at = time.time()
         try:
-            response = await client.post("/v1/verifications", json=body, headers=api_headers(key))
+            response = await client.post(
+                "/v1/verifications", json=body, headers=api_headers(key, self.key)
+            )
         except httpx.TransportError as exc:
             self.answers.append(Answer(index, sent_at, time.time(), None, error=repr(exc)))
             return
@@ -154,13 +169,22 @@ async def running_service(
         yield Service(api, workers)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def service_env(database_url: str, smtp: SmtpServer, api_port: int, **extra: str) -> dict[str, str]:
     """Settings for the API and workers: quick retries, throttling out of the way."""
     return {
         "NOTIFIER_DATABASE_URL": database_url,
         "NOTIFIER_TOKEN_SECRET": TEST_SECRET,
         "NOTIFIER_API_PORT": str(api_port),
+        "NOTIFIER_PUBLIC_PORT": str(free_port()),
         "NOTIFIER_RESEND_LIMIT": "1000000",
+        "NOTIFIER_DOMAIN_LIMIT": "0",
         "NOTIFIER_SMTP_HOST": smtp.host,
         "NOTIFIER_SMTP_PORT": str(smtp.port),
         "NOTIFIER_SMTP_TLS": "none",
