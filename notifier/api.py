@@ -234,6 +234,7 @@ def create_app(
             purpose=body.purpose,
             idempotency_key=idempotency_key,
             policy=policy,
+            locale=body.locale,
         )
         return OrjsonResponse(
             VerificationAccepted(
@@ -376,6 +377,7 @@ def create_app(
                 purpose=result.purpose,
                 idempotency_key=key,
                 policy=policy,
+                locale=result.locale,
             )
         except Throttled as exc:
             refused = _html(pages.resend_refused_page(str(exc)), 429)

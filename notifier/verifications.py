@@ -23,6 +23,7 @@ from email_validator import EmailNotValidError, validate_email
 
 from notifier.config import RequestSettings, SmtpSettings, TokenSettings, WorkerSettings
 from notifier.errors import NotifierError
+from notifier.locales import normalize_locale
 from notifier.queries import sql
 from notifier.telemetry import inject_current, producer_span
 from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
@@ -142,15 +143,27 @@ class VerificationRequest:
     user_id: str
     email: str
     purpose: str = "signup"
+    # The language the email is written in (a normalised tag); None: English.
+    locale: str | None = None
 
     @classmethod
-    def parse(cls, user_id: str, email: str, purpose: str | None = None) -> VerificationRequest:
-        return cls(_user_id(user_id), normalize_email(email), _purpose(purpose or "signup"))
+    def parse(
+        cls, user_id: str, email: str, purpose: str | None = None, locale: str | None = None
+    ) -> VerificationRequest:
+        return cls(
+            _user_id(user_id),
+            normalize_email(email),
+            _purpose(purpose or "signup"),
+            _locale(locale) if locale is not None else None,
+        )
 
     def fingerprint(self) -> bytes:
         """Identifies the body an idempotency key was first used with."""
-        canonical = orjson.dumps([self.user_id, self.email, self.purpose])
-        return hashlib.sha256(canonical).digest()
+        fields = [self.user_id, self.email, self.purpose]
+        if self.locale is not None:
+            # Appended only when given, so requests without one keep their fingerprints.
+            fields.append(self.locale)
+        return hashlib.sha256(orjson.dumps(fields)).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +203,13 @@ def _purpose(raw: str) -> str:
     return raw
 
 
+def _locale(raw: str) -> str:
+    try:
+        return normalize_locale(raw)
+    except ValueError as exc:
+        raise InvalidRequest("locale", str(exc)) from exc
+
+
 def check_idempotency_key(raw: str) -> str:
     if not _IDEMPOTENCY_KEY.fullmatch(raw):
         raise InvalidRequest(
@@ -213,14 +233,17 @@ async def request_verification(
     policy: Policy | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
+    locale: str | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn`.
 
     Nothing is sent unless that transaction commits: the worker is notified at COMMIT, and a
     rollback leaves nothing behind. Raises InvalidRequest, IdempotencyConflict, Throttled or
     Suppressed without writing anything. `policy` defaults to one read from the environment.
+    `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
+    closest one there are templates for is used, English by default.
     """
-    request = VerificationRequest.parse(user_id, email, purpose)
+    request = VerificationRequest.parse(user_id, email, purpose, locale)
     if idempotency_key is not None:
         check_idempotency_key(idempotency_key)
     policy = policy or _env_policy()
@@ -298,6 +321,7 @@ async def _insert(
         tracestate,
         idempotency_key,
         request.fingerprint() if idempotency_key is not None else None,
+        request.locale,
     )
 
 
@@ -335,6 +359,7 @@ class Confirmation:
     user_id: str | None = None
     email: str | None = None
     purpose: str | None = None
+    locale: str | None = None
 
 
 async def confirm(conn: Any, token: str, *, apply: bool) -> Confirmation:
@@ -348,7 +373,12 @@ async def confirm(conn: Any, token: str, *, apply: bool) -> Confirmation:
     row = await conn.fetchrow(sql("confirm_token" if apply else "token_state"), token_hash)
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), token_hash):
         return Confirmation("invalid")
-    recipient = {"user_id": row["user_id"], "email": row["email"], "purpose": row["purpose"]}
+    recipient = {
+        "user_id": row["user_id"],
+        "email": row["email"],
+        "purpose": row["purpose"],
+        "locale": row["locale"],
+    }
     if row["confirmed_now"]:
         return Confirmation("verified", row["id"], **recipient)
     if row["verified_at"] is not None:
