@@ -26,7 +26,7 @@ from notifier.config import (
     WorkerSettings,
 )
 from notifier.database import connect, create_pool
-from notifier.inbox import Inbox
+from notifier.inbox import INBOX_DIRECTORY, Inbox
 from notifier.mailer import SmtpTransport
 from notifier.messages import Templates
 from notifier.runner import WorkerConfig, build_worker, http_server, listen, stop_on_signals
@@ -67,7 +67,8 @@ async def run_dev(url: str, shown_database: str) -> None:
     finally:
         await conn.close()
 
-    inbox = Inbox()
+    # Kept beside the embedded database, so mail survives a restart as the data does.
+    inbox = Inbox(database.data_dir / INBOX_DIRECTORY)
     smtp_port = await inbox.start()
     smtp = dataclasses.replace(
         SmtpSettings.from_env(),
@@ -104,7 +105,8 @@ async def run_dev(url: str, shown_database: str) -> None:
         signals.subscribe(WorkerMetrics())
         worker = build_worker(url, pool, worker_config, transport, signals)
         async with anyio.create_task_group() as watcher:
-            watcher.start_soon(stop_on_signals, [worker.stop, server.stop])
+            # The inbox ends its open event streams, or the server would wait on them.
+            watcher.start_soon(stop_on_signals, [worker.stop, server.stop, inbox.close])
             async with anyio.create_task_group() as services:
                 await services.start(worker.run)
                 # The socket is already listening: requests wait in its backlog until serving.
