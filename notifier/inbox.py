@@ -307,4 +307,7 @@ def _body(parsed: EmailMessage, subtype: str) -> str | None:
         content = part.get_content()
     except Exception:
         return None
-    return content if isinstance(content, str) else None
+    if not isinstance(content, str):
+        return None
+    # The wire's CRLF line ends, as the page and any reader expect them.
+    return content.replace("\r\n", "\n")
