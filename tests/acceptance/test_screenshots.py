@@ -19,7 +19,7 @@ from playwright.async_api import Browser, Page
 
 from notifier.messages import Templates
 from tests.support.browser import WAIT_SECONDS, inbox_holding, request_verification
-from tests.support.looks import horizontal_overflow
+from tests.support.looks import horizontal_overflow, low_contrast
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
 
@@ -53,9 +53,10 @@ def email_html(locale: str = "en") -> str:
     return message.html
 
 
-async def shoot(browser: Browser, width: int, scheme: Scheme) -> Page:
+async def shoot(browser: Browser, width: int, scheme: Scheme, height: int = 300) -> Page:
+    """A page `width` px wide; full-page screenshots grow from `height` to fit the content."""
     context = await browser.new_context(
-        viewport={"width": width, "height": 900}, color_scheme=scheme, device_scale_factor=1
+        viewport={"width": width, "height": height}, color_scheme=scheme, device_scale_factor=1
     )
     return await context.new_page()
 
@@ -77,6 +78,28 @@ async def test_email_html_part_screenshots_at_600_and_390_px(
             await page.context.close()
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("width", [600, 390])
+async def test_email_html_part_text_has_enough_contrast(
+    browser: Browser, scheme: Scheme, width: int
+) -> None:
+    page = await shoot(browser, width, scheme)
+    await page.set_content(email_html())
+    assert await low_contrast(page) == []
+    await page.context.close()
+
+
+async def test_email_button_spans_a_phone_screen_and_is_easy_to_tap(browser: Browser) -> None:
+    page = await shoot(browser, 390, "light")
+    await page.set_content(email_html())
+    button = await page.get_by_role("link", name="Confirm my email address").bounding_box()
+    card = await page.locator("td.card").bounding_box()
+    assert button is not None and card is not None
+    assert button["height"] >= 44  # a comfortable touch target
+    assert button["width"] >= card["width"] - 2 * 24  # the card's padding, and no more
+    await page.context.close()
+
+
 async def test_dev_page_screenshots_at_1280_and_390_px(
     browser: Browser, api: httpx.AsyncClient, dev_url: str, shots: Path
 ) -> None:
@@ -96,7 +119,7 @@ async def test_dev_page_screenshots_at_1280_and_390_px(
     }
     for width in (1280, 390):
         for scheme in SCHEMES:
-            page = await shoot(browser, width, scheme)
+            page = await shoot(browser, width, scheme, height=800)
             for name, path in pages.items():
                 await page.goto(dev_url + path)
                 if name == "inbox":
