@@ -7,6 +7,7 @@ message. The newest INBOX_CAPACITY are kept; their headlines are held in memory.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email
 import email.policy
@@ -178,8 +179,6 @@ class Inbox:
     # -- SMTP ----------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        import asyncio
-
         from aiosmtpd.smtp import SMTP  # only dev mode needs aiosmtpd (the dev extra)
 
         def session() -> SMTP:

@@ -3,6 +3,7 @@ real Chromium (tests/support/browser.py)."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Literal
 
@@ -13,11 +14,13 @@ from playwright.async_api import Browser, Page, Request, expect
 
 from tests.support.browser import (
     BROWSER_WAIT_MS,
+    READY,
     WAIT_SECONDS,
     dev_server,
     inbox_holding,
     request_verification,
 )
+from tests.support.cli import running_cli
 from tests.support.looks import horizontal_overflow, low_contrast
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
@@ -276,3 +279,40 @@ async def test_the_inbox_can_be_used_with_the_keyboard_alone(
     await page.locator("#verify-link").focus()
     await page.keyboard.press("Enter")
     await expect(page.get_by_role("button", name="Confirm")).to_be_visible(timeout=BROWSER_WAIT_MS)
+
+
+async def test_the_event_stream_sends_one_event_per_change(api: httpx.AsyncClient) -> None:
+    with anyio.fail_after(WAIT_SECONDS):
+        async with api.stream("GET", "/dev/inbox/events") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.aiter_lines()
+            versions: list[str] = []
+            async for line in lines:
+                if line.startswith("data: "):
+                    versions.append(line.removeprefix("data: "))
+                    if len(versions) == 1:
+                        await request_verification(api, "ada@example.com")
+                    else:
+                        break
+    assert [int(v) for v in versions] == [0, 1]
+
+
+async def test_notifier_dev_stops_promptly_with_an_inbox_page_still_listening(
+    dev_env: dict[str, str],
+) -> None:
+    async with running_cli("dev", env=dev_env, capture_stdout=True) as cli:
+        with anyio.fail_after(WAIT_SECONDS):
+            line = await cli.wait_for_line(READY, stream="stdout")
+        url = line.split("API ", 1)[1].split()[0]
+        async with (
+            httpx.AsyncClient(base_url=url) as api,
+            api.stream("GET", "/dev/inbox/events") as stream,
+        ):
+            # Read up to the first event by hand: leaving an `async for` would close the stream.
+            lines = stream.aiter_lines()
+            with anyio.fail_after(WAIT_SECONDS):
+                while not (await anext(lines)).startswith("data: "):
+                    pass
+            cli.process.send_signal(signal.SIGINT)
+            with anyio.fail_after(WAIT_SECONDS):
+                assert await cli.process.wait() == 0
