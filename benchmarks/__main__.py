@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from benchmarks import latency, machine, report, throughput, trigger_cost
+from benchmarks import latency, machine, report, sustained, throughput, trigger_cost
 from benchmarks.cluster import bench_database, open_server
 from benchmarks.config import FULL, QUICK, SCENARIOS, RunConfig, Scenario
 from benchmarks.progress import RunProgress
@@ -31,7 +31,12 @@ QUICK_RESULTS_DIR = RESULTS_DIR / "quick"
 # Seconds budgeted on the progress bar for starting the server and migrating.
 STARTUP_BUDGET_SECONDS = 5.0
 
-RUNNERS = {"latency": latency.run, "throughput": throughput.run, "trigger": trigger_cost.run}
+RUNNERS = {
+    "latency": latency.run,
+    "throughput": throughput.run,
+    "trigger": trigger_cost.run,
+    "sustained": sustained.run,
+}
 
 
 async def measure(config: RunConfig, out_dir: Path, url: str | None) -> dict[str, Any]:
@@ -64,10 +69,10 @@ async def measure(config: RunConfig, out_dir: Path, url: str | None) -> dict[str
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="notifier: poll vs notify latency, throughput and cost, in one run.",
+        description="notifier: latency, throughput, cost and sustained load, in one run.",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run (under 2 minutes) with short phases"
+        "--quick", action="store_true", help="a smoke run (about 2 minutes) with short phases"
     )
     parser.add_argument(
         "--out",
@@ -87,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     tuning.add_argument("--rows", type=int, help="backlog rows per drain (throughput)")
     tuning.add_argument("--trigger-seconds", type=float, help="length of one trigger run")
     tuning.add_argument("--trigger-rounds", type=int, help="alternating trigger rounds")
+    tuning.add_argument(
+        "--sustained-seconds", type=float, help="window of a sustained run that names none"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = QUICK if args.quick else FULL
@@ -100,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         "backlog_rows": args.rows,
         "trigger_seconds": args.trigger_seconds,
         "trigger_rounds": args.trigger_rounds,
+        "sustained_seconds": args.sustained_seconds,
     }
     config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
     out_dir = args.out or (QUICK_RESULTS_DIR if args.quick else RESULTS_DIR)

@@ -159,7 +159,9 @@ class OwnCluster:
     def start(self) -> None:
         if len(str(self.socket_dir)) > SOCKET_DIR_MAX_LENGTH:
             raise RuntimeError(f"socket directory path too long: {self.socket_dir}")
-        self.socket_dir.mkdir()
+        # Its trust authentication is safe only because no other user can reach the socket:
+        # the directory is the server user's alone (root's clients pass anyway).
+        self.socket_dir.mkdir(mode=0o700)
         self.pgdata.mkdir()
         self.log_file.touch()
         if os.geteuid() == 0:
@@ -201,7 +203,6 @@ class OwnCluster:
         for path in (self.pgdata, self.log_file, self.socket_dir):
             os.chown(path, entry.pw_uid, entry.pw_gid)
         self.pgdata.chmod(0o700)
-        self.socket_dir.chmod(0o777)
         self._run_as = SERVER_USER
 
     def _pg_ctl(self, args: list[str]) -> None:

@@ -8,8 +8,9 @@ from typing import Any, Literal
 
 from benchmarks.workers import Mode, TransportKind
 
-Scenario = Literal["latency", "throughput", "trigger"]
-SCENARIOS: tuple[Scenario, ...] = ("latency", "throughput", "trigger")
+Scenario = Literal["latency", "throughput", "trigger", "sustained"]
+SCENARIOS: tuple[Scenario, ...] = ("latency", "throughput", "trigger", "sustained")
+ProducerKind = Literal["library", "http"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,56 @@ SMTP_BATCH_PROFILE = ThroughputProfile(
 
 
 @dataclass(frozen=True, slots=True)
+class SustainedCase:
+    """One sustained-load run: how verifications are requested, at what offered rate, and
+    how many worker (and API) processes serve them, each at library defaults."""
+
+    producer: ProducerKind  # "library": request_verification; "http": POST /v1/verifications
+    rate: float | None  # offered verifications per second; None: as fast as they go
+    workers: int = 1
+    api_processes: int = 1  # "http" only
+    seconds: float | None = None  # the window; None: RunConfig.sustained_seconds
+
+    @property
+    def name(self) -> str:
+        rate = "max" if self.rate is None else f"{self.rate:g}"
+        api = f"-{self.api_processes}api" if self.producer == "http" else ""
+        return f"{self.producer}-{rate}-{self.workers}w{api}"
+
+
+# The issue's grid. The library path varies the workers (delivery does not care how a row
+# was written); the HTTP path varies the API processes. 50/s and 1,000/s with one worker run
+# for a full minute: their latencies and the backlog's trend are targets.
+SUSTAINED_CASES: tuple[SustainedCase, ...] = (
+    SustainedCase("library", 50.0, seconds=60.0),
+    SustainedCase("library", 500.0),
+    SustainedCase("library", 1000.0, seconds=60.0),
+    SustainedCase("library", 2000.0),
+    SustainedCase("library", None),
+    SustainedCase("library", 500.0, workers=2),
+    SustainedCase("library", 1000.0, workers=2),
+    SustainedCase("library", 2000.0, workers=2),
+    SustainedCase("library", None, workers=2),
+    SustainedCase("http", 200.0),
+    SustainedCase("http", 500.0),
+    SustainedCase("http", 1000.0),
+    SustainedCase("http", 2000.0),
+    SustainedCase("http", None),
+    SustainedCase("http", 200.0, api_processes=2),
+    SustainedCase("http", 500.0, api_processes=2),
+    SustainedCase("http", 1000.0, api_processes=2),
+    SustainedCase("http", 2000.0, api_processes=2),
+    SustainedCase("http", None, api_processes=2),
+)
+QUICK_SUSTAINED_CASES: tuple[SustainedCase, ...] = (
+    SustainedCase("library", 500.0, seconds=3.0),
+    SustainedCase("library", None, workers=2),
+    SustainedCase("http", 200.0),
+    SustainedCase("http", None, api_processes=2),
+)
+
+
+@dataclass(frozen=True, slots=True)
 class RunConfig:
     """Every duration, rate and size a run uses (seconds unless named otherwise)."""
 
@@ -87,6 +138,13 @@ class RunConfig:
     trigger_producers: tuple[int, ...] = (1, 8)
     trigger_seconds: float = 4.0
     trigger_rounds: int = 3
+    # Sustained load (scenario 5).
+    sustained_cases: tuple[SustainedCase, ...] = SUSTAINED_CASES
+    sustained_seconds: float = 20.0  # a case's window unless it names its own
+    sustained_producers: int = 4  # connections, each a producer of its own
+    sustained_warmup_seconds: float = 1.0  # at the case's rate, not counted
+    sustained_drain_timeout: float = 60.0  # after the window, for the rest to be delivered
+    probe_requests: int = 100  # sequential requests on one kept-alive connection
     scenarios: tuple[Scenario, ...] = SCENARIOS
 
     def with_scenarios(self, scenarios: tuple[Scenario, ...]) -> RunConfig:
@@ -118,6 +176,7 @@ class RunConfig:
             "latency": latency,
             "throughput": throughput,
             "trigger": trigger,
+            "sustained": sustained_budget(self),
         }
         return {s: budget[s] for s in self.scenarios}
 
@@ -130,6 +189,27 @@ def drain_budget(config: RunConfig, transport: TransportKind, processes: int) ->
     """Seconds one drain is expected to take, start-up included."""
     rate = EXPECTED_DRAIN_RATE[transport]
     return 2.5 * processes + config.settle_seconds + config.backlog_rows / rate
+
+
+# Seconds to start one process (a worker, an API) and for `notifier dev` with its inbox.
+PROCESS_START_SECONDS = 2.5
+DEV_START_SECONDS = 4.0
+# Rough pace of one delayed-ACK probe request (without the stall), seconds.
+PROBE_REQUEST_SECONDS = 0.003
+
+
+def sustained_budget(config: RunConfig) -> float:
+    """Seconds the sustained scenario is expected to take, start-ups included."""
+    total = 2 * PROCESS_START_SECONDS + DEV_START_SECONDS
+    total += 2 * config.probe_requests * PROBE_REQUEST_SECONDS
+    for case in config.sustained_cases:
+        window = case.seconds or config.sustained_seconds
+        processes = case.workers + (case.api_processes if case.producer == "http" else 0)
+        # As fast as they go, the producers may outrun the workers: half a window to drain.
+        drain = window / 2 if case.rate is None else 1.0
+        total += processes * PROCESS_START_SECONDS + config.sustained_warmup_seconds
+        total += window + drain + 1.5
+    return total
 
 
 FULL = RunConfig(quick=False)
@@ -147,4 +227,9 @@ QUICK = RunConfig(
     drain_timeout=60.0,
     trigger_seconds=1.0,
     trigger_rounds=1,
+    sustained_cases=QUICK_SUSTAINED_CASES,
+    sustained_seconds=2.0,
+    sustained_warmup_seconds=0.5,
+    sustained_drain_timeout=20.0,
+    probe_requests=30,
 )

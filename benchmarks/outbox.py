@@ -49,6 +49,7 @@ SELECT discovered_by::text AS discovered_by, count(*) AS count
 FROM notifier.email_outbox GROUP BY 1 ORDER BY 2 DESC
 """
 OUTBOX_IDS = "SELECT id, verification_id FROM notifier.email_outbox"
+OUTBOX_KEYS = "SELECT id, message_id, verification_id FROM notifier.email_outbox"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,11 @@ async def row_times(conn: Any, verification_ids: list[uuid.UUID]) -> dict[uuid.U
 
 async def outbox_ids(conn: Any) -> dict[int, uuid.UUID]:
     return {r["id"]: r["verification_id"] for r in await conn.fetch(OUTBOX_IDS)}
+
+
+async def outbox_keys(conn: Any) -> list[tuple[int, str, uuid.UUID]]:
+    """Every row's (id, Message-ID, verification id)."""
+    return [(r["id"], r["message_id"], r["verification_id"]) for r in await conn.fetch(OUTBOX_KEYS)]
 
 
 async def discovery_counts(conn: Any) -> dict[str, int]:

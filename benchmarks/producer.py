@@ -7,25 +7,35 @@ COMMIT has returned: the start of every latency this run reports.
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from notifier import tokens
+from notifier.config import RequestSettings
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy, request_verification
 
 # The workers derive each link's token from this (NOTIFIER_TOKEN_SECRET).
-TOKEN_SECRET = "benchmark-token-secret-not-for-production-0123456789"
+TOKEN_SECRET = secrets.token_urlsafe(32)
 MESSAGE_ID_DOMAIN = "bench.example.com"
 MAIL_FROM = f"notifier@{MESSAGE_ID_DOMAIN}"
 # Recipients are unique per request, so supersession and throttling never interfere.
 RECIPIENT_DOMAIN = "example.com"
 # A producer that falls this far behind its schedule stops rather than bursting to catch up.
 MAX_BEHIND_SECONDS = 1.0
+
+
+# Limits so high no benchmark request meets them, yet every budget is still counted, so a
+# request costs what it costs in production.
+UNREACHABLE_LIMITS = RequestSettings(
+    resend_limit=1_000_000, domain_limit=10**9, client_limit=10**9, global_limit=10**9
+)
 
 
 def policy() -> Policy:
@@ -35,7 +45,7 @@ def policy() -> Policy:
         ttl_seconds=3600.0,
         max_attempts=5,
         message_id_domain=MESSAGE_ID_DOMAIN,
-        resend_limit=1_000_000,
+        limits=UNREACHABLE_LIMITS,
     )
 
 
@@ -52,25 +62,21 @@ class Produced:
 
 
 async def produce_steady(
-    conn: Any, *, rate: float, seconds: float, tag: str, produced: Produced | None = None
+    conn: Any,
+    *,
+    rate: float | None,
+    seconds: float,
+    tag: str,
+    produced: Produced | None = None,
+    phase: float = 0.0,
+    max_behind: float | None = MAX_BEHIND_SECONDS,
 ) -> Produced:
-    """Request `rate` verifications per second for `seconds`, each in its own transaction."""
+    """Request `rate` verifications per second for `seconds` (None: back to back), each in its
+    own transaction through `request_verification`."""
     produced = produced or Produced()
     rules = policy()
-    count = round(rate * seconds)
-    interval = 1.0 / rate
-    produced.started_ns = time.time_ns()
-    start = time.perf_counter()
-    for i in range(count):
-        due = start + i * interval
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await anyio.sleep(delay)
-        behind = time.perf_counter() - due
-        if behind > MAX_BEHIND_SECONDS:
-            produced.stopped_behind = True
-            break
-        produced.lateness_ms.append(max(0.0, behind) * 1000)
+
+    async def request(i: int) -> None:
         result = await request_verification(
             conn,
             user_id=f"{tag}-{i}",
@@ -78,8 +84,56 @@ async def produce_steady(
             policy=rules,
         )
         produced.commits[result.id] = time.time_ns()
-    produced.ended_ns = time.time_ns()
+
+    await paced(
+        request, rate=rate, seconds=seconds, produced=produced, phase=phase, max_behind=max_behind
+    )
     return produced
+
+
+async def paced(
+    request: Callable[[int], Awaitable[None]],
+    *,
+    rate: float | None,
+    seconds: float,
+    produced: Produced,
+    phase: float = 0.0,
+    max_behind: float | None = MAX_BEHIND_SECONDS,
+) -> None:
+    """Call `request(i)` on an open-loop schedule: the i-th call is due `phase + i / rate`
+    seconds after the start, whatever the earlier calls took. With `rate` None, calls go back
+    to back until `seconds` have passed.
+
+    A caller that falls more than `max_behind` seconds behind stops rather than bursting to
+    catch up; with `max_behind` None it keeps going, back to back, until its window ends.
+    Either way `produced.stopped_behind` tells that the schedule was not kept.
+    """
+    produced.started_ns = time.time_ns()
+    start = time.perf_counter()
+    deadline = start + seconds
+    if rate is None:
+        i = 0
+        while time.perf_counter() < deadline:
+            await request(i)
+            i += 1
+        produced.ended_ns = time.time_ns()
+        return
+    interval = 1.0 / rate
+    for i in range(round(rate * seconds)):
+        due = start + phase + i * interval
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await anyio.sleep(delay)
+        now = time.perf_counter()
+        behind = now - due
+        if (max_behind is not None and behind > max_behind) or (
+            max_behind is None and now >= deadline + interval
+        ):
+            produced.stopped_behind = True
+            break
+        produced.lateness_ms.append(max(0.0, behind) * 1000)
+        await request(i)
+    produced.ended_ns = time.time_ns()
 
 
 # A backlog in one statement, set-based: verifications with the real key id and a random

@@ -63,7 +63,7 @@ _USER = "('trq-' || :n)"
 _EMAIL = "('trq-' || :n || '@example.com')"
 _VERIFICATION_ID = "md5('trq-' || :n)::uuid"
 REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
-    ("lock_request", {1: "NULL", 2: _USER, 3: _EMAIL}),
+    ("lock_request", {1: "NULL", 2: _USER, 3: _EMAIL, 4: "NULL"}),
     ("suppression_of", {1: _EMAIL}),
     ("throttle_retry_after", {1: _USER, 2: _EMAIL, 3: "3600", 4: "1000000"}),
     (
@@ -83,6 +83,8 @@ REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
             12: "NULL",
             13: "NULL",
             14: "NULL",
+            15: "NULL",
+            16: _EMAIL,
         },
     ),
     ("supersede_earlier", {1: _USER, 2: _EMAIL, 3: "'signup'", 4: _VERIFICATION_ID}),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -77,16 +77,22 @@ class WorkerSpec:
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    spec: WorkerSpec, db: BenchDatabase, count: int, log_dir: Path, name: str
+    spec: WorkerSpec,
+    db: BenchDatabase,
+    count: int,
+    log_dir: Path,
+    name: str,
+    command: Sequence[str] = NOTIFIER,
 ) -> AsyncIterator[list[Child]]:
-    """`count` worker processes, each ready (listening or polling), stopped with SIGTERM."""
+    """`count` worker processes, each ready (listening or polling), stopped with SIGTERM.
+    `command` runs one (`notifier worker` unless told otherwise)."""
     env = spec.env(db)
     async with contextlib.AsyncExitStack() as stack:
         children = [
             await stack.enter_async_context(
                 started(
                     f"{name}-worker{i}",
-                    NOTIFIER,
+                    command,
                     log_dir=log_dir,
                     ready=READY_LINE,
                     env=env,

@@ -1,8 +1,5 @@
 """notifier: email-verification delivery over a PostgreSQL outbox, woken by LISTEN/NOTIFY."""
 
-# Before the imports below: modules they load read it.
-__version__ = "0.1.0"
-
 from notifier.verifications import (
     IdempotencyConflict,
     InvalidRequest,
@@ -13,6 +10,7 @@ from notifier.verifications import (
     VerificationResult,
     request_verification,
 )
+from notifier.version import __version__
 
 __all__ = [
     "IdempotencyConflict",

@@ -87,6 +87,18 @@ class Attempts(BaseModel):
     attempts: list[Attempt]
 
 
+class Suppression(BaseModel):
+    email: str = Field(description="The canonical mailbox (lowercased, +tags stripped).")
+    reason: str
+    smtp_code: int | None
+    suppressed_at: datetime
+    expires_at: datetime | None = Field(description="Null: until an operator clears it.")
+
+
+class Suppressions(BaseModel):
+    suppressions: list[Suppression]
+
+
 class ConfirmIn(Strict):
     token: str = Field(min_length=1, max_length=TOKEN_MAX_CHARS)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -12,7 +13,7 @@ import anyio
 
 from notifier import migrations
 from notifier.config import DatabaseSettings
-from notifier.database import connect, database_url
+from notifier.database import connect, database_url, describe
 from notifier.errors import NotifierError, UsageError
 from notifier.logs import configure_logging
 
@@ -67,32 +68,44 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from notifier.dev import run_dev
+    from notifier.config import ApiSettings
+    from notifier.dev import refuse_remote, run_dev
+    from notifier.runner import bind_listeners
 
-    settings = DatabaseSettings.from_env()
+    settings, api = DatabaseSettings.from_env(), ApiSettings.from_env()
+    refuse_remote(api, args.allow_remote)
+    # Bound first: a taken port is reported before an embedded cluster is built or started.
+    sockets = bind_listeners(api)
     with database_url(settings) as url:
-        shown = "NOTIFIER_DATABASE_URL" if settings.url else f"embedded in {settings.data_dir}/"
-        anyio.run(run_dev, url, shown, backend="asyncio")
+        # The embedded server's URL names its password file, not the password; a configured
+        # URL may hold one, so only where it points is shown.
+        shown = f"NOTIFIER_DATABASE_URL ({describe(url)})" if settings.url else url
+        anyio.run(functools.partial(run_dev, url, shown, api, sockets), backend="asyncio")
     return 0
 
 
 async def _suppressions(url: str, clear: str | None) -> int:
-    from notifier.queries import sql
-    from notifier.verifications import normalize_email
+    from notifier import suppressions
+    from notifier.config import RequestSettings
 
+    separators = RequestSettings.from_env().subaddress_separators
     conn = await connect(url)
     try:
         if clear is not None:
-            address = normalize_email(clear)
-            if await conn.fetchval(sql("clear_suppression"), address) is None:
-                print(f"{address} was not suppressed")
+            mailbox = await suppressions.clear(conn, clear, separators)
+            if mailbox is None:
+                print(f"{clear} was not suppressed")
                 return 1
-            print(f"cleared {address}: requests for it are accepted again")
+            print(f"cleared {mailbox}: requests for it are accepted again")
             return 0
-        rows = await conn.fetch(sql("suppressions"))
-        for row in rows:
-            print(f"{row['email']}\t{row['suppressed_at']:%Y-%m-%d %H:%M}\t{row['reason']}")
-        if not rows:
+        found = await suppressions.active(conn)
+        for entry in found:
+            until = f"{entry.expires_at:%Y-%m-%d %H:%M}" if entry.expires_at else "cleared"
+            print(
+                f"{entry.mailbox}\t{entry.suppressed_at:%Y-%m-%d %H:%M}\tuntil {until}\t"
+                f"{entry.reason}"
+            )
+        if not found:
             print("no suppressed addresses")
         return 0
     finally:
@@ -132,26 +145,102 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 async def _cleanup(url: str) -> int:
-    from notifier.config import RetentionSettings
+    from notifier.config import RequestSettings, RetentionSettings
     from notifier.database import create_pool
     from notifier.maintenance import cleanup
 
-    settings = RetentionSettings.from_env()
+    settings, window = RetentionSettings.from_env(), RequestSettings.from_env().resend_window
     pool = await create_pool(url, max_size=1)
     try:
-        report = await cleanup(pool, settings)
+        report = await cleanup(pool, settings, window)
     finally:
         await pool.close()
     if report.skipped:
         print("another process is cleaning up; nothing done")
         return 0
-    print(f"scrubbed {report.scrubbed} addresses, deleted {report.deleted} finished deliveries")
+    print(
+        f"scrubbed {report.scrubbed} addresses, deleted {report.deleted} finished deliveries, "
+        f"expired {report.suppressions_expired} suppressions"
+    )
     return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     with database_url(DatabaseSettings.from_env()) as url:
         return anyio.run(_cleanup, url, backend="asyncio")
+
+
+async def _keys(url: str, args: argparse.Namespace) -> int:
+    from notifier import apikeys
+
+    conn = await connect(url)
+    try:
+        if args.action == "create":
+            key = None
+            if args.key_from_env is not None:
+                key = os.environ.get(args.key_from_env, "").strip()
+                if not key:
+                    raise UsageError(f"{args.key_from_env} is unset or empty")
+            scopes = [s for given in args.scope or ["request"] for s in given.split(",") if s]
+            new = await apikeys.create(conn, args.name, scopes, key=key)
+            if key is None:
+                # The key alone on stdout, so `KEY=$(notifier keys create app)` works.
+                print(new.key)
+                print(f"created key {new.id} ({args.name}); it is shown only now", file=sys.stderr)
+            else:
+                print(f"key {new.id} ({args.name}) is registered")
+            return 0
+        if args.action == "revoke":
+            revoked_at = await apikeys.revoke(conn, args.id)
+            print(f"key {args.id} revoked at {revoked_at:%Y-%m-%d %H:%M:%S %Z}")
+            return 0
+        rows = await apikeys.listing(conn)
+        if args.json:
+            import orjson
+
+            print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+            return 0
+        for row in rows:
+            used = f"{row['last_used_at']:%Y-%m-%d %H:%M}" if row["last_used_at"] else "never"
+            state = f"revoked {row['revoked_at']:%Y-%m-%d %H:%M}" if row["revoked_at"] else "live"
+            print(
+                f"{row['id']}\t{row['name']}\t{','.join(row['scopes'])}\t"
+                f"created {row['created_at']:%Y-%m-%d %H:%M}\tlast used {used}\t{state}"
+            )
+        if not rows:
+            print("no API keys: create one with `notifier keys create NAME --scope request`")
+        return 0
+    finally:
+        await conn.close()
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from notifier import apikeys
+
+    if args.action == "generate":
+        print(apikeys.generate().key)
+        return 0
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_keys, url, args, backend="asyncio")
+
+
+async def _grants(url: str, role: str) -> int:
+    from notifier.queries import sql
+
+    conn = await connect(url)
+    try:
+        if not await conn.fetchval(sql("role_exists"), role):
+            raise UsageError(f"no role named {role!r}: create it first (CREATE ROLE ... LOGIN)")
+        await conn.execute(sql("grant_runtime"), role)
+    finally:
+        await conn.close()
+    print(f"granted {role} what api, worker, stats and cleanup need")
+    return 0
+
+
+def cmd_grants(args: argparse.Namespace) -> int:
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_grants, url, args.role, backend="asyncio")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +269,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev = commands.add_parser(
         "dev", help="everything in one process: embedded database, API, worker, dev inbox"
     )
+    dev.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="bind non-loopback addresses (NOTIFIER_API_HOST/NOTIFIER_PUBLIC_HOST) too: the "
+        "inbox then shows every live link to whoever can reach it",
+    )
     dev.set_defaults(handler=cmd_dev)
 
     stats = commands.add_parser(
@@ -203,6 +298,50 @@ def build_parser() -> argparse.ArgumentParser:
     suppressions.add_argument("action", choices=["list", "clear"])
     suppressions.add_argument("address", nargs="?", help="the address to clear")
     suppressions.set_defaults(handler=cmd_suppressions)
+
+    keys = commands.add_parser(
+        "keys",
+        help="API keys for the internal API: create (shown once), list, revoke, generate",
+        description="API keys for the internal API. The database keeps only a hash of each.",
+    )
+    key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = key_actions.add_parser(
+        "create",
+        help="create a key and print it (once)",
+        description="Create an API key and print it on stdout; only its hash is kept.",
+    )
+    create.add_argument("name", help="who the key is for (e.g. the app's name)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        metavar="SCOPE",
+        help="request, read, admin or metrics; repeat or comma-separate (default: request)",
+    )
+    create.add_argument(
+        "--key-from-env",
+        metavar="VARIABLE",
+        help="register the key held in this environment variable (made with `notifier keys "
+        "generate`) instead of a new one; registering it again is a no-op (for deployments)",
+    )
+    listing = key_actions.add_parser("list", help="every key: id, name, scopes, use, state")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    revoke = key_actions.add_parser(
+        "revoke", help="revoke a key; requests with it fail within a second"
+    )
+    revoke.add_argument("id", help="the key's id (the 12 hex digits after nfk_)")
+    key_actions.add_parser(
+        "generate", help="print a new key without storing it (for a deployment's secret)"
+    )
+    keys.set_defaults(handler=cmd_keys)
+
+    grants = commands.add_parser(
+        "grants",
+        help="give an existing database role what api, worker, stats and cleanup need",
+        description="Least privilege: run migrations as the schema's owner, and everything "
+        "else as a role this command grants (run it as the owner, after `notifier migrate`).",
+    )
+    grants.add_argument("role", help="the runtime role, e.g. notifier_runtime")
+    grants.set_defaults(handler=cmd_grants)
     return parser
 
 

@@ -6,7 +6,9 @@ raises ConfigError naming the variable, so the process stops at start with a cle
 
 from __future__ import annotations
 
+import math
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +23,18 @@ Env = Mapping[str, str]
 DEFAULT_DATA_DIR = Path(".notifier")
 
 
-def _read(env: Env, name: str, parse: Callable[[str], T], default: T, *, secret: bool = False) -> T:
+def _read(
+    env: Env,
+    name: str,
+    parse: Callable[[str], T],
+    default: T,
+    *,
+    secret: bool = False,
+    empty: bool = False,
+) -> T:
+    """`name`'s value parsed, or `default` when unset (or blank, unless `empty` allows it)."""
     raw = env.get(name)
-    if raw is None or raw.strip() == "":
+    if raw is None or (raw.strip() == "" and not (empty and raw == "")):
         return default
     try:
         return parse(raw.strip())
@@ -285,6 +296,10 @@ class WorkerSettings:
     listener_check_timeout: float = 5.0
     # NOTIFIER_TRANSPORT: smtp, or null (accepts everything at once; for benchmarks).
     transport: TransportKind = "smtp"
+    # NOTIFIER_SUPPRESSION_TTL: seconds an address the recipient's server refused for good
+    # (mailbox unknown, disabled, full) stays suppressed; then requests for it are accepted
+    # again, and retention deletes the entry.
+    suppression_ttl: float = 30 * 86400.0
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WorkerSettings:
@@ -327,6 +342,9 @@ class WorkerSettings:
                 d.listener_check_timeout,
             ),
             transport=_read(env, "NOTIFIER_TRANSPORT", _choice("smtp", "null"), d.transport),  # type: ignore[arg-type]
+            suppression_ttl=_read(
+                env, "NOTIFIER_SUPPRESSION_TTL", _seconds(60, 3650 * 86400), d.suppression_ttl
+            ),
         )
         settings.check()
         return settings
@@ -364,19 +382,24 @@ class TokenSettings:
     secrets: tuple[str, ...] = ()
     # NOTIFIER_TOKEN_TTL: seconds a verification link stays valid (independent of leases).
     ttl_seconds: float = 3600.0
-    # NOTIFIER_PUBLIC_URL: where users reach the API; links are built as {url}/verify?token=...
-    public_url: str = "http://127.0.0.1:8000"
+    # NOTIFIER_PUBLIC_URL: where people reach the public listener (through the reverse
+    # proxy in front of it); links are built as {url}/verify?token=...
+    public_url: str = "http://127.0.0.1:8001"
 
     @classmethod
-    def from_env(cls, env: Env | None = None, *, required: bool = True) -> TokenSettings:
+    def from_env(
+        cls, env: Env | None = None, *, required: bool = True, strict: bool = True
+    ) -> TokenSettings:
+        """The token settings; `strict` (all but `notifier dev`) refuses weak secrets."""
         env = os.environ if env is None else env
         d = cls()
-        secrets = _read(env, "NOTIFIER_TOKEN_SECRET", _secret_list, d.secrets, secret=True)
+        parse = _strong_secret_list if strict else _secret_list
+        secrets = _read(env, "NOTIFIER_TOKEN_SECRET", parse, d.secrets, secret=True)
         if required and not secrets:
             raise ConfigError(
                 "NOTIFIER_TOKEN_SECRET",
-                "is required: set it to a random string of at least 32 characters "
-                '(for example: python -c "import secrets; print(secrets.token_urlsafe(32))")',
+                f"is required: set it to a random string of at least 32 characters; "
+                f"{_GENERATE_HINT}",
             )
         return cls(
             secrets=secrets,
@@ -387,6 +410,14 @@ class TokenSettings:
 
 # Shorter secrets make the HMAC key guessable offline from a single leaked link.
 MIN_SECRET_LENGTH = 32
+# Bits a secret must carry by a per-character entropy estimate. The estimate undercounts
+# short random strings (32 hex digits, 128 real bits, score about 112); a repeated
+# character or a word with a counter appended scores far less.
+MIN_SECRET_BITS = 100
+# Words that mark a value copied from an example (this repository's compose file and
+# Kubernetes Secret among them) rather than generated.
+_PLACEHOLDER_WORDS = ("change-me", "changeme", "change_me", "example", "placeholder", "demo")
+_GENERATE_HINT = 'generate one with: python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 def _secret_list(raw: str) -> tuple[str, ...]:
@@ -396,16 +427,49 @@ def _secret_list(raw: str) -> tuple[str, ...]:
     return secrets
 
 
+def _strong_secret_list(raw: str) -> tuple[str, ...]:
+    """`_secret_list`, refusing values copied from examples and values too regular to be
+    random; `notifier dev` alone accepts any (and makes its own when none is given)."""
+    secrets = _secret_list(raw)
+    for position, secret in enumerate(secrets, 1):
+        which = f"secret {position}" if len(secrets) > 1 else "the secret"
+        lowered = secret.lower()
+        if any(word in lowered for word in _PLACEHOLDER_WORDS):
+            raise ValueError(f"{which} is an example value, not a secret; {_GENERATE_HINT}")
+        if estimated_bits(secret) < MIN_SECRET_BITS:
+            raise ValueError(f"{which} is too regular to be random; {_GENERATE_HINT}")
+    return secrets
+
+
+def estimated_bits(secret: str) -> float:
+    """Shannon entropy of the characters, times the length: a rough upper bound on how
+    much guessing the secret takes (exact for independent random characters)."""
+    counts = Counter(secret)
+    return -sum(n * math.log2(n / len(secret)) for n in counts.values())
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSettings:
-    """Limits on verification requests."""
+    """Limits on verification requests. Every limit counts canonical mailboxes (lowercased,
+    sub-address tags stripped, IDNA domain), so spellings of one address share a budget."""
 
     # NOTIFIER_IDEMPOTENCY_TTL: seconds an Idempotency-Key is remembered (then reusable).
     idempotency_ttl: float = 86400.0
-    # NOTIFIER_RESEND_LIMIT: requests allowed per user and per address within
-    # NOTIFIER_RESEND_WINDOW seconds; beyond it, 429 with Retry-After.
+    # NOTIFIER_RESEND_LIMIT: requests allowed per user and per mailbox within
+    # NOTIFIER_RESEND_WINDOW seconds (the window every limit uses); beyond it, 429.
     resend_limit: int = 5
     resend_window: float = 3600.0
+    # NOTIFIER_DOMAIN_LIMIT: requests per recipient domain per window (0: no limit); keeps
+    # one noisy domain from burning the sender's reputation with it.
+    domain_limit: int = 1000
+    # NOTIFIER_CLIENT_LIMIT: requests per API key per window (0: no limit).
+    client_limit: int = 10_000
+    # NOTIFIER_GLOBAL_LIMIT: requests in all per window (0: no limit); a ceiling on what
+    # a compromised client or a bug can make the mail server send.
+    global_limit: int = 100_000
+    # NOTIFIER_SUBADDRESS_SEPARATORS: characters that start a sub-address tag in a local
+    # part ("ada+news" is "ada"); empty: none.
+    subaddress_separators: str = "+"
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> RequestSettings:
@@ -421,30 +485,79 @@ class RequestSettings:
             resend_window=_read(
                 env, "NOTIFIER_RESEND_WINDOW", _seconds(1, 30 * 86400), d.resend_window
             ),
+            domain_limit=_read(env, "NOTIFIER_DOMAIN_LIMIT", _integer(0, 10**9), d.domain_limit),
+            client_limit=_read(env, "NOTIFIER_CLIENT_LIMIT", _integer(0, 10**9), d.client_limit),
+            global_limit=_read(env, "NOTIFIER_GLOBAL_LIMIT", _integer(0, 10**9), d.global_limit),
+            subaddress_separators=_read(
+                env,
+                "NOTIFIER_SUBADDRESS_SEPARATORS",
+                _separators,
+                d.subaddress_separators,
+                empty=True,
+            ),
         )
+
+
+def _separators(raw: str) -> str:
+    if len(raw) > 4 or any(c.isalnum() or c.isspace() or c in '@"' for c in raw):
+        raise ValueError("must be up to 4 punctuation characters, such as + or +-")
+    return raw
 
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
-    """Where the HTTP API listens, and what it accepts."""
+    """Where the two HTTP listeners listen, and what one client can hold of them."""
 
-    # NOTIFIER_API_HOST / NOTIFIER_API_PORT: the address `notifier api` binds.
+    # NOTIFIER_API_HOST / NOTIFIER_API_PORT: the internal API (/v1/*, /metrics, /docs), for
+    # the app backend, operators and Prometheus; every route but the probes needs a key.
+    # Never expose it to the internet.
     host: str = "127.0.0.1"
     port: int = 8000
+    # NOTIFIER_PUBLIC_HOST / NOTIFIER_PUBLIC_PORT: the public pages an emailed link opens
+    # (/verify, /verify/resend, the JSON confirm) and nothing else; the one port to expose,
+    # behind a reverse proxy. NOTIFIER_PUBLIC_URL is where people reach it.
+    public_host: str = "127.0.0.1"
+    public_port: int = 8001
     # NOTIFIER_MAX_BODY_BYTES: larger request bodies are refused with 413.
     max_body_bytes: int = 16 * 1024
+    # NOTIFIER_HTTP_BODY_TIMEOUT: seconds a client gets to send each part of a request body
+    # before it is answered 408 (a trickled body would hold a database connection).
+    body_timeout: float = 10.0
+    # NOTIFIER_HTTP_KEEPALIVE_TIMEOUT: seconds an idle kept-alive connection stays open.
+    keepalive_timeout: int = 5
+    # NOTIFIER_HTTP_LIMIT_CONCURRENCY: connections plus requests in progress each listener
+    # takes on; beyond it, new requests get 503 at once instead of queueing without bound.
+    limit_concurrency: int = 1000
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> ApiSettings:
         env = os.environ if env is None else env
         d = cls()
-        return cls(
+        settings = cls(
             host=_read(env, "NOTIFIER_API_HOST", _text, d.host),
             port=_read(env, "NOTIFIER_API_PORT", _integer(1, 65535), d.port),
+            public_host=_read(env, "NOTIFIER_PUBLIC_HOST", _text, d.public_host),
+            public_port=_read(env, "NOTIFIER_PUBLIC_PORT", _integer(1, 65535), d.public_port),
             max_body_bytes=_read(
                 env, "NOTIFIER_MAX_BODY_BYTES", _integer(256, 1024 * 1024), d.max_body_bytes
             ),
+            body_timeout=_read(
+                env, "NOTIFIER_HTTP_BODY_TIMEOUT", _seconds(0.1, 600), d.body_timeout
+            ),
+            keepalive_timeout=_read(
+                env, "NOTIFIER_HTTP_KEEPALIVE_TIMEOUT", _integer(1, 600), d.keepalive_timeout
+            ),
+            limit_concurrency=_read(
+                env, "NOTIFIER_HTTP_LIMIT_CONCURRENCY", _integer(1, 1_000_000), d.limit_concurrency
+            ),
         )
+        if (settings.host, settings.port) == (settings.public_host, settings.public_port):
+            raise ConfigError(
+                "NOTIFIER_PUBLIC_PORT",
+                "the public listener needs an address of its own, not the internal API's "
+                f"({settings.host}:{settings.port})",
+            )
+        return settings
 
 
 @dataclass(frozen=True, slots=True)

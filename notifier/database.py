@@ -8,10 +8,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
-import orjson
 
 from notifier.config import DatabaseSettings
-from notifier.embedded import EmbeddedPostgres
+from notifier.embedded import embedded_url
 from notifier.errors import DatabaseUnavailable
 
 # Seconds to wait for a connection before reporting the database unreachable.
@@ -20,22 +19,13 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 
 @contextlib.contextmanager
 def database_url(settings: DatabaseSettings) -> Iterator[str]:
-    """The configured server's URL, or an embedded server's for as long as the block runs."""
+    """The configured server's URL, or the embedded server's for as long as the block runs
+    (started for it, or the one the process that owns the data directory runs)."""
     if settings.url is not None:
         yield settings.url
         return
-    with EmbeddedPostgres(settings.data_dir) as url:
+    with embedded_url(settings.data_dir) as url:
         yield url
-
-
-async def init_connection(conn: Any) -> None:
-    """Per-connection setup: jsonb through orjson."""
-    await conn.set_type_codec(
-        "jsonb",
-        encoder=lambda value: orjson.dumps(value).decode(),
-        decoder=orjson.loads,
-        schema="pg_catalog",
-    )
 
 
 def describe(url: str) -> str:
@@ -56,13 +46,23 @@ UNREACHABLE = (
 )
 
 
+# What a database that went away looks like to a statement on a pooled connection: the
+# request never got an answer, so it is worth retrying (an HTTP request answers 503).
+UNREACHABLE_MIDWAY: tuple[type[Exception], ...] = (
+    *UNREACHABLE,
+    asyncpg.InterfaceError,
+    # What asyncpg raises, about half the time, for a pooled connection the server has just
+    # closed (restart, failover, idle killer): the request never reached the server.
+    asyncpg.InternalClientError,
+)
+
+
 async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     """A single connection outside any pool (migrations, the LISTEN connection)."""
     try:
         conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
     except UNREACHABLE as exc:
         raise DatabaseUnavailable(describe(url), exc) from exc
-    await init_connection(conn)
     return conn
 
 
@@ -88,7 +88,6 @@ async def create_pool(url: str, max_size: int = POOL_MAX_SIZE) -> asyncpg.Pool:
             url,
             min_size=1,
             max_size=max_size,
-            init=init_connection,
             reset=_keep_session,
             timeout=CONNECT_TIMEOUT_SECONDS,
             server_settings={"application_name": "notifier"},

@@ -38,11 +38,12 @@ class EmbeddedServerError(NotifierError):
 class EmbeddedServerBusy(EmbeddedServerError):
     """Another live process owns the embedded PostgreSQL data directory."""
 
-    def __init__(self, data_dir: str, owner_pid: int | None) -> None:
+    def __init__(self, data_dir: str, owner_pid: int | None, detail: str | None = None) -> None:
         who = f"process {owner_pid}" if owner_pid else "another process"
         super().__init__(
-            f"the embedded PostgreSQL in {data_dir} is in use by {who}. "
-            "Stop that process, choose another directory with NOTIFIER_DATA_DIR, "
+            f"the embedded PostgreSQL in {data_dir} is in use by {who}"
+            + (f", and {detail}" if detail else "")
+            + ". Stop that process, choose another directory with NOTIFIER_DATA_DIR, "
             "or point NOTIFIER_DATABASE_URL at a server."
         )
         self.data_dir = data_dir

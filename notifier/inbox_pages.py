@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from html import escape
+from pathlib import Path
 from typing import Literal
 
 from notifier.inbox import Captured, Opened
@@ -58,21 +59,24 @@ def _count(number: int) -> str:
     return f"{number} message" + ("" if number == 1 else "s")
 
 
-def _walk(base_url: str) -> str:
+def _walk(base_url: str, key: str) -> str:
     """The README's first steps, with this server's address filled in."""
     base = escape(base_url.rstrip("/"))
     return (
         "<pre class=command><code>"
         f"curl -s -X POST {base}/v1/verifications \\\n"
+        f"  -H &quot;{key}&quot; \\\n"
         "  -H 'Content-Type: application/json' -H 'Idempotency-Key: signup-ada-1' \\\n"
         "  -d '{&quot;user_id&quot;: &quot;ada&quot;, &quot;email&quot;: "
         "&quot;ada@example.com&quot;}'</code></pre>"
     )
 
 
-def landing_page(base_url: str, messages: int) -> str:
-    """What `/` shows in dev mode: where everything is, and the README's walk."""
+def landing_page(base_url: str, messages: int, key_file: Path) -> str:
+    """What `/` shows in dev mode: where everything is, and the README's walk. The API key is
+    named by its file, never shown: the page needs no key to be read."""
     base = escape(base_url.rstrip("/"))
+    key = f"Authorization: Bearer $(cat {escape(str(key_file))})"
     return _page(
         "Welcome",
         "<h1>notifier dev is running</h1>"
@@ -83,21 +87,22 @@ def landing_page(base_url: str, messages: int) -> str:
         f"<span>{_count(messages)}: every email notifier sent, as the reader sees it"
         "</span></a></li>"
         '<li><a href="/docs"><strong>API docs</strong>'
-        "<span>Every endpoint, to try from the browser (its viewer loads from the internet; "
-        "the document itself is <code>/openapi.json</code>)</span></a></li>"
+        "<span>Every endpoint, to try from the browser (sign in with the dev API key "
+        "that <code>notifier dev</code> printed)</span></a></li>"
         '<li><a href="#walk"><strong>Walk through a signup</strong>'
         "<span>The README's first steps, against this server</span></a></li>"
         "</ul>"
         '<h2 id=walk tabindex="-1">Walk through a signup</h2>'
         "<ol class=steps>"
-        f"<li><p>Ask for a verification email for Ada:</p>{_walk(base_url)}</li>"
+        f"<li><p>Ask for a verification email for Ada:</p>{_walk(base_url, key)}</li>"
         '<li><p>Open the <a href="/dev/inbox">inbox</a>: the email is there within a second, '
         "and the list shows it by itself.</p></li>"
         "<li><p>Open the message, press <strong>Open the verification link</strong>, then "
         "<strong>Confirm</strong>: the page says the address is verified.</p></li>"
         "<li><p>Ask the API: the verification is now <code>sent</code> and "
         "<code>verified</code>.</p>"
-        f"<pre class=command><code>curl -s {base}/v1/verifications/&lt;id&gt;</code></pre></li>"
+        f"<pre class=command><code>curl -s -H &quot;{key}&quot; \\\n"
+        f"  {base}/v1/verifications/&lt;id&gt;</code></pre></li>"
         "</ol>",
     )
 

@@ -16,6 +16,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.responses import StreamingResponse
 
 from notifier import inbox_pages
+from notifier.access import access
+from notifier.dev import API_KEY_FILE
 from notifier.inbox import Captured, Inbox
 from notifier.inbox_pages import View
 
@@ -51,6 +53,8 @@ FRAME_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
 }
+# Dev mode only, on loopback: the inbox, like the mail it shows, needs no key.
+OPEN = access("open")
 _ASSETS = {"inbox.css": "text/css; charset=utf-8", "inbox.js": "text/javascript; charset=utf-8"}
 _HEAD = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
 
@@ -60,12 +64,13 @@ def add_routes(app: FastAPI, inbox: Inbox) -> None:
     `/dev/inbox/{n}/html` and `/raw`, `/dev/inbox.json`, `/dev/inbox/events` (server-sent
     events), `POST /dev/inbox/delete-all`, and `/dev/static/*`."""
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
     async def landing(request: Request) -> HTMLResponse:
-        page = inbox_pages.landing_page(str(request.base_url), len(inbox.messages))
+        key_file = inbox.directory.parent / API_KEY_FILE
+        page = inbox_pages.landing_page(str(request.base_url), len(inbox.messages), key_file)
         return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **OPEN)
     async def inbox_list(q: str = "") -> HTMLResponse:
         query = q[:MAX_QUERY_CHARS]
         page = inbox_pages.inbox_page(
@@ -73,7 +78,7 @@ def add_routes(app: FastAPI, inbox: Inbox) -> None:
         )
         return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox.json", include_in_schema=False)
+    @app.get("/dev/inbox.json", include_in_schema=False, **OPEN)
     async def inbox_json(q: str = "") -> JSONResponse:
         listed = [_summary(m) for m in inbox.search(q[:MAX_QUERY_CHARS])]
         headers = {
@@ -84,7 +89,7 @@ def add_routes(app: FastAPI, inbox: Inbox) -> None:
         }
         return JSONResponse(listed, headers=headers)
 
-    @app.get("/dev/inbox/events", include_in_schema=False)
+    @app.get("/dev/inbox/events", include_in_schema=False, **OPEN)
     async def inbox_events() -> StreamingResponse:
         return StreamingResponse(
             _events(inbox),
@@ -92,14 +97,14 @@ def add_routes(app: FastAPI, inbox: Inbox) -> None:
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    @app.post("/dev/inbox/delete-all", include_in_schema=False)
+    @app.post("/dev/inbox/delete-all", include_in_schema=False, **OPEN)
     async def delete_all(request: Request) -> Response:
         if not _same_origin(request):
             return HTMLResponse("Refused: not sent from the inbox page.", 403, PAGE_HEADERS)
         inbox.clear()
         return RedirectResponse("/dev/inbox", status_code=303, headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False, **OPEN)
     async def message_page(number: str, view: str = "") -> HTMLResponse:
         opened = inbox.open(int(number)) if number.isdigit() else None
         if opened is None:
@@ -111,14 +116,14 @@ def add_routes(app: FastAPI, inbox: Inbox) -> None:
             chosen = "text"
         return HTMLResponse(inbox_pages.message_page(opened, chosen), headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox/{number}/html", include_in_schema=False)
+    @app.get("/dev/inbox/{number}/html", include_in_schema=False, **OPEN)
     async def message_html(number: int) -> Response:
         opened = inbox.open(number)
         if opened is None or opened.html is None:
             return Response("No HTML part.", 404, FRAME_HEADERS, "text/plain; charset=utf-8")
         return Response(_links_open_outside(opened.html), 200, FRAME_HEADERS, "text/html")
 
-    @app.get("/dev/inbox/{number}/raw", include_in_schema=False)
+    @app.get("/dev/inbox/{number}/raw", include_in_schema=False, **OPEN)
     async def message_raw(number: int) -> Response:
         opened = inbox.open(number)
         if opened is None:
@@ -129,7 +134,7 @@ def add_routes(app: FastAPI, inbox: Inbox) -> None:
         }
         return Response(opened.raw, 200, headers, "message/rfc822")
 
-    @app.get("/dev/static/{name}", include_in_schema=False)
+    @app.get("/dev/static/{name}", include_in_schema=False, **OPEN)
     async def asset(name: str) -> Response:
         if name not in _ASSETS:
             return Response("Not found.", 404, media_type="text/plain")

@@ -37,15 +37,11 @@ class Claimed:
 
     id: int
     fate: Fate
-    status: str
     lease_token: uuid.UUID | None
     attempt: int
-    max_attempts: int
     message_id: str
     verification_id: uuid.UUID
     discovered_by: Discovery
-    previous_status: str
-    user_id: str
     email: str
     purpose: str
     token_key_id: str
@@ -64,15 +60,11 @@ class Claimed:
         return cls(
             id=r["id"],
             fate=r["fate"],
-            status=r["status"],
             lease_token=r["lease_token"],
             attempt=r["attempts"],
-            max_attempts=r["max_attempts"],
             message_id=r["message_id"],
             verification_id=r["verification_id"],
             discovered_by=r["discovered_by"],
-            previous_status=r["previous_status"],
-            user_id=r["user_id"],
             email=r["email"],
             purpose=r["purpose"],
             token_key_id=r["token_key_id"],
@@ -120,6 +112,8 @@ class Completion:
     claimed_at: datetime | None = None
     # Seconds the SMTP exchange took (for metrics; not stored).
     smtp_seconds: float | None = None
+    # A permanent refusal the recipient's mailbox caused: suppress the mailbox.
+    suppress: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +133,13 @@ class Leases:
     completions from many tasks never wait on each other's transactions.
     """
 
-    def __init__(self, pool: Any, owner: str, lease_seconds: float) -> None:
+    def __init__(
+        self, pool: Any, owner: str, lease_seconds: float, suppression_ttl: float = 30 * 86400.0
+    ) -> None:
         self.pool = pool
         self.owner = owner
         self.lease_seconds = lease_seconds
+        self.suppression_ttl = suppression_ttl
 
     async def claim_ids(self, ids: Sequence[int], discovered_by: Discovery) -> list[Claimed]:
         rows = await self.pool.fetch(
@@ -191,6 +188,8 @@ class Leases:
             self.owner,
             unknown_outcome_limit,
             [x.claimed_at for x in c],
+            [x.suppress for x in c],
+            self.suppression_ttl,
         )
         by_id = {r["id"]: r for r in rows}
         return [
@@ -208,7 +207,3 @@ class Leases:
             sql("release_leases"), [h.id for h in held], [h.token for h in held], self.owner
         )
         return int(row["released"])
-
-    async def next_retry_in(self) -> float | None:
-        value = await self.pool.fetchval(sql("next_retry_in"))
-        return None if value is None else float(value)

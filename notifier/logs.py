@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -76,9 +75,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
 
 
-def configure_logging(
-    fmt: LogFormat = "json", level: int = logging.INFO, env: Mapping[str, str] | None = None
-) -> None:
+def configure_logging(fmt: LogFormat = "json", level: int = logging.INFO) -> None:
     """Send every log record to stderr, scrubbed, in the chosen format."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(Scrubber())

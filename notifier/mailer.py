@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import ssl
 import time
@@ -30,6 +31,11 @@ from notifier.redact import redact_text
 log = logging.getLogger(__name__)
 
 Outcome = Literal["sent", "transient", "permanent", "unknown", "aborted"]
+# Whose problem a permanent refusal is, which decides what it does beyond failing the one
+# delivery (invariant 11): only the recipient's own mailbox (unknown, disabled, full)
+# suppresses the address; our configuration or content (a refused sender, a policy or
+# content rejection) alerts the operator instead; anything else just fails the delivery.
+Refusal = Literal["recipient", "configuration", "message"]
 
 # A gate says, immediately before DATA, whether the message may still go out (the worker
 # re-checks its lease and the token's expiry). False, or an exception, means it may not.
@@ -49,7 +55,11 @@ SERVICE_CLOSING = 421
 AUTH_REQUIRED = 530
 NULL_PROVIDER_ID = "null"
 
-Phase = Literal["connect", "envelope", "data"]
+Phase = Literal["connect", "mail", "rcpt", "data"]
+# An enhanced status code (RFC 3463) at the start of a reply's text: class.subject.detail.
+_ENHANCED = re.compile(r"^\s*([245])\.(\d{1,3})\.(\d{1,3})\b")
+# 5.1.7 and 5.1.8 speak of the sender's address, not the recipient's mailbox.
+_SENDER_ADDRESS_DETAILS = frozenset({7, 8})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,8 @@ class SendResult:
     body_sent: bool
     # Seconds spent in send(), including the wait for a free connection.
     duration: float
+    # For "permanent": whose problem it is (see Refusal).
+    refusal: Refusal | None = None
 
 
 class Transport(Protocol):
@@ -166,7 +178,12 @@ class SmtpTransport:
             payload, utf8 = _serialize(message)
         except (ValueError, TypeError) as exc:
             # A value that cannot go into a message fails the same way on every attempt.
-            return _result("permanent", started, reply=f"the message cannot be built: {exc}")
+            return _result(
+                "permanent",
+                started,
+                reply=f"the message cannot be built: {exc}",
+                refusal="message",
+            )
         except Exception as exc:
             log.error("unexpected error while building a message", exc_info=exc)
             return _result("transient", started, reply=f"the message cannot be built: {exc}")
@@ -221,13 +238,15 @@ class SmtpTransport:
             if client is None:
                 client = self._new_client()
                 await self._connect(client)
-            phase = "envelope"
+            phase = "mail"
             if utf8 and not client.supports_extension("smtputf8"):
                 keep = True
                 return _result(
                     "permanent",
                     started,
-                    reply="the server does not offer SMTPUTF8, which a non-ASCII address needs",
+                    reply="the server does not offer SMTPUTF8, which an address with non-ASCII "
+                    "characters before the @ needs",
+                    refusal="message",
                 )
             encoding = "utf-8" if utf8 else "ascii"
             try:
@@ -241,6 +260,7 @@ class SmtpTransport:
                 if reused:
                     raise _StaleConnection from exc
                 raise
+            phase = "rcpt"
             await client.rcpt(message.recipient, encoding=encoding, timeout=s.command_timeout)
             if not await _ask(gate):
                 # Nothing was sent: drop the envelope and keep the connection if RSET works.
@@ -331,19 +351,35 @@ class SmtpTransport:
                 "transient", started, code=code, reply=f"{problem}: {exc}", body_sent=body_sent
             )
         code, text = _reply_of(exc)
-        if code is not None and phase != "connect" and 400 <= code < 600:
-            outcome: Outcome = "transient" if code < 500 else "permanent"
-            return _result(outcome, started, code=code, reply=text, body_sent=body_sent)
-        if phase == "envelope" and isinstance(exc, ValueError):
+        if code is not None and phase != "connect" and 400 <= code < 500:
+            return _result("transient", started, code=code, reply=text, body_sent=body_sent)
+        if code is not None and phase != "connect" and 500 <= code < 600:
+            refusal = refusal_of(phase, text or "")
+            if refusal == "configuration":
+                self._alert(_CONFIGURATION_REFUSALS[phase], exc)
+            return _result(
+                "permanent",
+                started,
+                code=code,
+                reply=text,
+                body_sent=body_sent,
+                refusal=refusal,
+            )
+        if phase in ("mail", "rcpt") and isinstance(exc, ValueError):
             # aiosmtplib refuses, before writing anything, an address it cannot put on the
             # wire (control characters, a malformed address, a non-ASCII one without SMTPUTF8).
-            return _result("permanent", started, reply=f"the address cannot be sent: {exc}")
+            return _result(
+                "permanent",
+                started,
+                reply=f"the address cannot be sent: {exc}",
+                refusal="message",
+            )
         if not isinstance(exc, (SMTPException, OSError)):
             log.error("unexpected error while sending (%s)", phase, exc_info=exc)
         # What is left is the connection failing us: a refused or lost connection, a
         # timeout, a reply that does not parse. Before the body that is simply worth another
         # try; once the body may have reached the server, nobody knows whether it was kept.
-        outcome = "unknown" if body_sent else "transient"
+        outcome: Outcome = "unknown" if body_sent else "transient"
         return _result(
             outcome, started, code=code, reply=text or _describe(exc), body_sent=body_sent
         )
@@ -355,11 +391,43 @@ class SmtpTransport:
             return
         self._alerted_at[problem] = now
         log.error(
-            "SMTP configuration problem: %s (%s). Deliveries are retried, not failed, "
-            "until it is fixed: check the NOTIFIER_SMTP_* settings.",
+            "SMTP configuration problem: %s (%s). Check the NOTIFIER_SMTP_* and "
+            "NOTIFIER_MAIL_FROM settings and the relay's policy for this sender.",
             problem,
             redact_text(_describe(exc)),
         )
+
+
+_CONFIGURATION_REFUSALS: dict[Phase, str] = {
+    "connect": "the server refused the connection",
+    "mail": "the server refused the sender (MAIL FROM); those deliveries fail, recipients "
+    "are not suppressed",
+    "rcpt": "the server refused a recipient for policy reasons; that delivery fails, the "
+    "recipient is not suppressed",
+    "data": "the server refused a message's content or our policy standing; that delivery "
+    "fails, the recipient is not suppressed",
+}
+
+
+def refusal_of(phase: Phase, reply: str) -> Refusal:
+    """Whose problem a 5xx reply at `phase` is, from the phase and the reply's enhanced
+    status code (RFC 3463): 5.1.x (bad mailbox, except the sender's 5.1.7/5.1.8) and 5.2.x
+    (mailbox disabled or full) are the recipient's; 5.7.x (policy, security) and 5.6.x
+    (content) are ours; a bare 5xx at RCPT is the recipient's, at MAIL FROM or after the
+    body ours."""
+    if phase == "mail":
+        return "configuration"
+    enhanced = _ENHANCED.match(reply)
+    subject, detail = (int(enhanced[2]), int(enhanced[3])) if enhanced else (None, None)
+    if subject == 7 or (subject == 1 and detail in _SENDER_ADDRESS_DETAILS) or subject == 6:
+        return "configuration"
+    if subject in (1, 2):
+        return "recipient"
+    if phase == "rcpt":
+        return "recipient"
+    if phase == "data":
+        return "configuration"
+    return "message"
 
 
 def _serialize(message: OutgoingMessage) -> tuple[bytes, bool]:
@@ -453,6 +521,7 @@ def _result(
     reply: str | None = None,
     provider_message_id: str | None = None,
     body_sent: bool = False,
+    refusal: Refusal | None = None,
 ) -> SendResult:
     return SendResult(
         outcome=outcome,
@@ -461,4 +530,5 @@ def _result(
         provider_message_id=provider_message_id,
         body_sent=body_sent,
         duration=time.perf_counter() - started,
+        refusal=refusal,
     )

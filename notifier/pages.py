@@ -1,4 +1,5 @@
-"""The pages a person sees after clicking a link: confirm, and each outcome. No scripts."""
+"""The pages a person sees: after clicking a link (confirm, each outcome), and signing in to
+the internal listener with an API key. No scripts."""
 
 from __future__ import annotations
 
@@ -100,9 +101,33 @@ def resent_page() -> str:
     )
 
 
-def resend_refused_page(message: str) -> str:
+def resend_refused_page() -> str:
     return _page(
         "Cannot send a new link",
         "<h1 id=outcome data-outcome=refused>We cannot send a new link right now</h1>"
-        f"<p>{escape(message)}</p>",
+        "<p>Please try again later, or start again from the app.</p>",
+    )
+
+
+def too_old_page() -> str:
+    return _page(
+        "Link too old",
+        "<h1 id=outcome data-outcome=too_old>This link is too old</h1>"
+        "<p>It can no longer be renewed. Please start again from the app.</p>",
+    )
+
+
+def sign_in_page(next_path: str, problem: str | None = None) -> str:
+    """The internal listener's sign-in form: an API key becomes a session cookie."""
+    warning = f"<p role=alert id=problem>{escape(problem)}</p>" if problem else ""
+    return _page(
+        "Sign in to notifier",
+        "<h1>Sign in</h1><p>Paste an API key (<code>notifier keys create</code> makes one). "
+        "The key stays in this browser only as a session.</p>"
+        + warning
+        + '<form method=post action="/sign-in">'
+        + f'<input type=hidden name=next value="{escape(next_path)}">'
+        + "<p><label for=key>API key</label><br>"
+        + "<input id=key name=key type=password autocomplete=off required size=40></p>"
+        + "<button type=submit>Sign in</button></form>",
     )

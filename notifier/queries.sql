@@ -22,63 +22,118 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: lock_request
--- $1: idempotency key (or NULL), $2: user id, $3: email. Serialises requests that could
--- race on one key, one user's throttle or one address's throttle, until this transaction
--- ends. Always taken in this order (key, user, address), so two requests cannot deadlock;
--- a NULL key takes no lock (the function is strict).
-SELECT pg_advisory_xact_lock(hashtextextended('notifier.idempotency:' || $1, 0)),
+-- $1: idempotency key (or NULL), $2: user id, $3: canonical mailbox, $4: client id (or NULL).
+-- Serialises requests that could race on one client's key, one user's throttle or one
+-- mailbox's throttle, until this transaction ends. Always taken in this order (key, user,
+-- mailbox), so two requests cannot deadlock; a NULL key takes no lock (the function is
+-- strict).
+SELECT pg_advisory_xact_lock(
+           hashtextextended('notifier.idempotency:' || coalesce($4, '') || ':' || $1, 0)),
        pg_advisory_xact_lock(hashtextextended('notifier.user:' || $2, 0)),
-       pg_advisory_xact_lock(hashtextextended('notifier.email:' || $3, 0));
+       pg_advisory_xact_lock(hashtextextended('notifier.mailbox:' || $3, 0));
 
 -- name: forget_expired_idempotency_key
--- $1: idempotency key, $2: key lifetime (seconds). An expired key may be used again.
+-- $1: idempotency key, $2: key lifetime (seconds), $3: client id (or NULL). An expired key
+-- may be used again by the same client.
 UPDATE notifier.verifications
 SET idempotency_key = NULL, request_fingerprint = NULL
-WHERE idempotency_key = $1 AND created_at <= now() - make_interval(secs => $2);
+WHERE coalesce(client_id, '') = coalesce($3, '') AND idempotency_key = $1
+  AND created_at <= now() - make_interval(secs => $2);
 
 -- name: find_by_idempotency_key
--- $1: idempotency key. The request that key already produced, with its delivery status.
+-- $1: idempotency key, $2: client id (or NULL). The request that client's key already
+-- produced, with its delivery status.
 SELECT v.id, v.request_fingerprint, v.expires_at, o.status
 FROM notifier.verifications v
 JOIN notifier.email_outbox o ON o.verification_id = v.id
-WHERE v.idempotency_key = $1;
+WHERE coalesce(v.client_id, '') = coalesce($2, '') AND v.idempotency_key = $1;
 
 -- name: suppression_of
--- $1: email. Why the address is suppressed, or no row.
-SELECT reason, suppressed_at FROM notifier.suppressed_addresses WHERE email = $1;
+-- $1: canonical mailbox. Why it is suppressed, or no row (never suppressed, or expired).
+SELECT reason, suppressed_at FROM notifier.suppressed_addresses
+WHERE email = $1 AND (expires_at IS NULL OR expires_at > now());
 
 -- name: throttle_retry_after
--- $1: user id, $2: email, $3: window (seconds), $4: limit. Seconds until one more request
--- for this user or address fits in the window; NULL when it fits now.
+-- $1: user id, $2: canonical mailbox, $3: window (seconds), $4: limit. The limit ('user' or
+-- 'mailbox') one more request would exceed and seconds until it fits; no row when it fits.
+-- Exact: each key's own requests in the window, at most the limit of them, by index.
 WITH recent AS (
-    SELECT created_at, user_id = $1 AS same_user, email = $2 AS same_email
+    SELECT created_at, user_id = $1 AS same_user, mailbox = $2 AS same_mailbox
     FROM notifier.verifications
-    WHERE (user_id = $1 OR email = $2)
+    WHERE (user_id = $1 OR mailbox = $2)
       AND created_at > now() - make_interval(secs => $3)
 ), per_key AS (
     -- For each key over the limit, the request that must age out before another fits.
-    SELECT (array_agg(created_at ORDER BY created_at DESC))[$4] AS blocking
+    SELECT 1 AS n, 'user' AS scope, (array_agg(created_at ORDER BY created_at DESC))[$4] AS blocking
     FROM recent WHERE same_user HAVING count(*) >= $4
     UNION ALL
-    SELECT (array_agg(created_at ORDER BY created_at DESC))[$4]
-    FROM recent WHERE same_email HAVING count(*) >= $4
+    SELECT 2, 'mailbox', (array_agg(created_at ORDER BY created_at DESC))[$4]
+    FROM recent WHERE same_mailbox HAVING count(*) >= $4
 )
-SELECT ceil(extract(epoch FROM max(blocking) + make_interval(secs => $3) - now()))::integer
-FROM per_key;
+SELECT scope,
+       ceil(extract(epoch FROM blocking + make_interval(secs => $3) - now()))::integer
+           AS retry_after
+FROM per_key
+ORDER BY blocking DESC, n
+LIMIT 1;
+
+-- name: budget_retry_after
+-- $1: scopes, $2: subjects (bytea[]), $3: limits (int[]), $4: window (seconds). The first
+-- shared budget ($1's order) one more request would exceed, and seconds until it fits;
+-- no row when all fit. Reads each budget's slices in the window (a few rows per shard).
+WITH wanted AS (
+    SELECT w.scope, w.subject, w.max_count, w.n
+    FROM unnest($1::text[], $2::bytea[], $3::int[]) WITH ORDINALITY
+         AS w(scope, subject, max_count, n)
+), slices AS (
+    SELECT w.n, w.scope, w.max_count, c.slice, sum(c.count) AS count
+    FROM wanted w
+    JOIN notifier.request_counts c
+      ON c.scope = w.scope AND c.subject = w.subject
+     AND c.slice > now() - make_interval(secs => $4)
+    GROUP BY w.n, w.scope, w.max_count, c.slice
+), newest_first AS (
+    -- Counting from the newest slice back, where the budget fills up: that slice (and
+    -- every older one) must leave the window before one more request fits.
+    SELECT n, scope, max_count, slice,
+           sum(count) OVER (PARTITION BY n ORDER BY slice DESC) AS through_here
+    FROM slices
+)
+SELECT scope,
+       ceil(extract(epoch FROM max(slice) + make_interval(secs => $4) - now()))::integer
+           AS retry_after
+FROM newest_first
+WHERE through_here >= max_count
+GROUP BY n, scope
+ORDER BY n
+LIMIT 1;
+
+-- name: count_request
+-- $1: scopes, $2: subjects (bytea[]), $3: shards (int[]), $4: slice length (seconds).
+-- Counts one accepted request against each shared budget, in the slice of the window it
+-- falls in. Rows are taken in one order (scope, subject, shard), so requests never deadlock.
+INSERT INTO notifier.request_counts AS c (scope, subject, slice, shard, count)
+SELECT u.scope, u.subject, to_timestamp(floor(extract(epoch FROM now()) / $4) * $4),
+       u.shard::smallint, 1
+FROM unnest($1::text[], $2::bytea[], $3::int[]) AS u(scope, subject, shard)
+ORDER BY u.scope, u.subject, u.shard
+ON CONFLICT (scope, subject, slice, shard) DO UPDATE SET count = c.count + 1;
 
 -- name: insert_verification
 -- $1: verification id, $2: user id, $3: email, $4: purpose, $5: token key id, $6: token nonce,
 -- $7: token hash, $8: lifetime (seconds), $9: Message-ID, $10: max attempts,
 -- $11: traceparent, $12: tracestate, $13: idempotency key, $14: request fingerprint,
--- $15: locale (or NULL).
+-- $15: client id (or NULL), $16: canonical mailbox, $17: locale (or NULL).
 -- One statement, so a request costs one round trip inside the caller's transaction; the
 -- outbox insert fires the NOTIFY trigger. No row back: another request took the key first.
 WITH verification AS (
     INSERT INTO notifier.verifications
         (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at,
-         idempotency_key, request_fingerprint, locale)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14, $15)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+         idempotency_key, request_fingerprint, client_id, mailbox, locale)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14, $15, $16,
+            $17)
+    ON CONFLICT ((coalesce(client_id, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
     RETURNING id, expires_at, created_at
 ), outbox AS (
     INSERT INTO notifier.email_outbox
@@ -116,7 +171,7 @@ WITH confirmed AS (
       AND expires_at > now()
     RETURNING id, token_hash, verified_at
 )
-SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose, v.locale,
+SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose, v.client_id, v.scrubbed_at, v.locale,
        coalesce(c.verified_at, v.verified_at) AS verified_at,
        v.superseded_at, v.expires_at, v.expires_at <= now() AS expired,
        c.id IS NOT NULL AS confirmed_now
@@ -126,8 +181,8 @@ WHERE v.token_hash = $1;
 
 -- name: token_state
 -- $1: token hash. What a link would do, changing nothing (GET must never confirm).
-SELECT id, token_hash, user_id, email, purpose, locale, verified_at, superseded_at,
-       expires_at, expires_at <= now() AS expired, false AS confirmed_now
+SELECT id, token_hash, user_id, email, purpose, client_id, scrubbed_at, locale, verified_at,
+       superseded_at, expires_at, expires_at <= now() AS expired, false AS confirmed_now
 FROM notifier.verifications
 WHERE token_hash = $1;
 
@@ -150,13 +205,55 @@ WHERE o.verification_id = $1
 ORDER BY a.id;
 
 -- name: suppressions
--- No parameters. Every suppressed address, newest first.
-SELECT email, reason, smtp_code, suppressed_at FROM notifier.suppressed_addresses
+-- No parameters. Every mailbox suppressed now, newest first.
+SELECT email, reason, smtp_code, suppressed_at, expires_at FROM notifier.suppressed_addresses
+WHERE expires_at IS NULL OR expires_at > now()
 ORDER BY suppressed_at DESC;
 
 -- name: clear_suppression
--- $1: email. Returns the address if it was suppressed.
+-- $1: canonical mailbox. Returns it if it was suppressed (expired or not).
 DELETE FROM notifier.suppressed_addresses WHERE email = $1 RETURNING email;
+
+-- name: api_key_insert
+-- $1: key id, $2: name, $3: scopes, $4: SHA-256 of the key. No row back: the id is taken.
+INSERT INTO notifier.api_keys (id, name, scopes, secret_hash)
+VALUES ($1, $2, $3::notifier.api_scope[], $4)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, name, scopes::text[] AS scopes, created_at;
+
+-- name: api_key_by_id
+-- $1: key id. What authenticating a request needs; no row: no such key.
+SELECT id, name, scopes::text[] AS scopes, secret_hash, revoked_at IS NOT NULL AS revoked
+FROM notifier.api_keys
+WHERE id = $1;
+
+-- name: api_keys
+-- No parameters. Every key, newest first; never the hash.
+SELECT id, name, scopes::text[] AS scopes, created_at, last_used_at, revoked_at
+FROM notifier.api_keys
+ORDER BY created_at DESC, id;
+
+-- name: api_key_revoke
+-- $1: key id. Returns whether the key existed; revoking twice keeps the first time.
+UPDATE notifier.api_keys SET revoked_at = coalesce(revoked_at, now())
+WHERE id = $1
+RETURNING id, revoked_at;
+
+-- name: api_keys_used
+-- $1: key ids, $2: when each was last seen (timestamptz[]). Batched by the API, so a busy
+-- client costs one write every few seconds, not one per request.
+UPDATE notifier.api_keys k
+SET last_used_at = greatest(k.last_used_at, u.seen)
+FROM unnest($1::text[], $2::timestamptz[]) AS u(id, seen)
+WHERE k.id = u.id;
+
+-- name: role_exists
+-- $1: role name.
+SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1);
+
+-- name: grant_runtime
+-- $1: an existing role. Gives it what api, worker, stats and cleanup need, nothing more.
+SELECT notifier.grant_runtime_v1($1);
 
 -- name: ready
 -- No parameters. The database answers.
@@ -232,16 +329,17 @@ RETURNING o.id;
 -- $1: ids, $2: lease tokens, $3: outcomes, $4: retry delays (seconds), $5: SMTP codes,
 -- $6: details (redacted), $7: provider message ids, $8: durations (ms), $9: body sent,
 -- $10: attempt numbers, $11: discovered_by, $12: lease owner, $13: unknown-outcome limit,
--- $14: claim times.
+-- $14: claim times, $15: suppress the recipient's mailbox (bool[]), $16: suppression
+-- lifetime (seconds).
 -- Settles a batch of attempts in one statement: each row changes only while its lease is
 -- still held (invariant 3), and every attempt is recorded, held or not.
 WITH input AS (
     SELECT *
     FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::int[], $6::text[],
                 $7::text[], $8::float8[], $9::bool[], $10::int[], $11::text[],
-                $14::timestamptz[])
+                $14::timestamptz[], $15::bool[])
          AS i(id, token, outcome, retry_delay, smtp_code, detail, provider_message_id,
-              duration_ms, body_sent, attempt, discovered_by, claimed_at)
+              duration_ms, body_sent, attempt, discovered_by, claimed_at, suppress)
 ), held AS MATERIALIZED (
     -- Rows still under the caller's lease. One reclaimed by another worker is absent and
     -- is not touched.
@@ -298,14 +396,20 @@ WITH input AS (
     WHERE o.id = d.id
     RETURNING o.id, o.status, o.next_attempt_at
 ), suppressed AS (
-    -- A permanent refusal from the server (5xx) suppresses the address for new requests.
-    INSERT INTO notifier.suppressed_addresses (email, reason, smtp_code, outbox_id)
-    SELECT v.email, coalesce(d.detail, 'permanent failure'), d.smtp_code, d.id
+    -- Only a refusal the recipient's own mailbox caused (the worker decides which: see
+    -- mailer.refusal_of) suppresses it, keyed by canonical mailbox, for a while.
+    INSERT INTO notifier.suppressed_addresses AS s
+        (email, reason, smtp_code, outbox_id, expires_at)
+    SELECT coalesce(v.mailbox, lower(v.email)), coalesce(d.detail, 'permanent failure'),
+           d.smtp_code, d.id,
+           now() + make_interval(secs => $16)
     FROM decided d
     JOIN notifier.email_outbox o ON o.id = d.id
     JOIN notifier.verifications v ON v.id = o.verification_id
-    WHERE d.outcome = 'permanent' AND d.smtp_code BETWEEN 500 AND 599
-    ON CONFLICT (email) DO NOTHING
+    WHERE d.outcome = 'permanent' AND d.suppress
+    ON CONFLICT (email) DO UPDATE SET
+        reason = excluded.reason, smtp_code = excluded.smtp_code,
+        outbox_id = excluded.outbox_id, suppressed_at = now(), expires_at = excluded.expires_at
 ), recorded AS (
     INSERT INTO notifier.delivery_attempts
         (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, smtp_code,
@@ -348,13 +452,6 @@ WITH released AS (
 SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,
        (SELECT count(*) FROM released) AS released;
 
--- name: next_retry_in
--- No parameters. Seconds until the earliest pending row is due (negative: overdue; NULL:
--- none). Served by the partial index on pending rows.
-SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
-FROM notifier.email_outbox
-WHERE status = 'pending';
-
 -- name: notify
 -- $1: channel, $2: payload. The listener's self-notification round trip.
 SELECT pg_notify($1, $2);
@@ -394,14 +491,17 @@ GROUP BY status
 ORDER BY 1, 2;
 
 -- name: scrub_finished
--- $1: age (seconds), $2: batch size. Replaces the address of verifications whose delivery
--- finished more than $1 seconds ago with its redacted form ("a***@example.com"), one bounded
--- batch per call; returns how many were scrubbed.
+-- $1: age (seconds), $2: batch size. Verifications whose delivery finished more than $1
+-- seconds ago and whose link has expired lose everything derived from the address or the
+-- idempotency key: the address and mailbox become their redacted form ("a***@example.com"),
+-- the key and the request's fingerprint are cleared. One bounded batch per call; returns
+-- how many were scrubbed.
 WITH batch AS (
     SELECT v.id
     FROM notifier.email_outbox o
     JOIN notifier.verifications v ON v.id = o.verification_id
     WHERE o.completed_at < now() - make_interval(secs => $1) AND v.scrubbed_at IS NULL
+      AND v.expires_at <= now()
     ORDER BY o.completed_at
     LIMIT $2
     FOR UPDATE OF v SKIP LOCKED
@@ -409,6 +509,10 @@ WITH batch AS (
     UPDATE notifier.verifications v
     SET email = left(split_part(v.email, '@', 1), 1) || '***@'
                 || substr(v.email, strpos(v.email, '@') + 1),
+        mailbox = left(split_part(v.mailbox, '@', 1), 1) || '***@'
+                  || substr(v.mailbox, strpos(v.mailbox, '@') + 1),
+        idempotency_key = NULL,
+        request_fingerprint = NULL,
         scrubbed_at = now()
     FROM batch b
     WHERE v.id = b.id
@@ -434,6 +538,35 @@ WITH batch AS (
 )
 SELECT count(*) FROM deleted;
 
+-- name: expire_suppressions
+-- $1: batch size. Deletes suppressions that expired, one bounded batch per call.
+WITH batch AS (
+    SELECT email FROM notifier.suppressed_addresses
+    WHERE expires_at < now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM notifier.suppressed_addresses s USING batch b WHERE s.email = b.email
+    RETURNING s.email
+)
+SELECT count(*) FROM deleted;
+
+-- name: forget_request_counts
+-- $1: window (seconds), $2: batch size. Deletes budget slices that left the window.
+WITH batch AS (
+    SELECT scope, subject, slice, shard FROM notifier.request_counts
+    WHERE slice < now() - make_interval(secs => $1)
+    ORDER BY slice
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM notifier.request_counts c USING batch b
+    WHERE (c.scope, c.subject, c.slice, c.shard) = (b.scope, b.subject, b.slice, b.shard)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;
+
 -- name: try_maintenance_lock
 -- $1: advisory lock key. One maintenance run at a time across every worker.
 SELECT pg_try_advisory_lock($1);
@@ -441,3 +574,8 @@ SELECT pg_try_advisory_lock($1);
 -- name: maintenance_unlock
 -- $1: advisory lock key.
 SELECT pg_advisory_unlock($1);
+
+-- name: password_statement
+-- $1: a new password for the current user. ALTER ROLE takes no bind parameters, so this
+-- returns the statement with the password quoted by the server (%L), for the caller to run.
+SELECT format('ALTER ROLE %I PASSWORD %L', current_user, $1::text);

@@ -16,9 +16,10 @@ import anyio
 import uvicorn
 
 from notifier import migrations
-from notifier.api import create_app
+from notifier.api import create_internal_app
 from notifier.config import (
     ApiSettings,
+    RequestSettings,
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
@@ -29,10 +30,12 @@ from notifier.errors import ConfigError, MigrationError
 from notifier.mailer import Transport, transport_from_settings
 from notifier.maintenance import run_periodically
 from notifier.messages import Templates
+from notifier.public import create_public_app
 from notifier.signals import Signals
 from notifier.telemetry import QueueHealth, Telemetry, WorkerMetrics
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
+from notifier.web import Services
 from notifier.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ class WorkerConfig:
     tokens: TokenSettings
     templates: Templates
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    # The limits' window, which says when budget counters can be forgotten.
+    requests: RequestSettings = field(default_factory=RequestSettings)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
@@ -56,6 +61,7 @@ class WorkerConfig:
             tokens=TokenSettings.from_env(),
             templates=Templates.from_env(),
             retention=RetentionSettings.from_env(),
+            requests=RequestSettings.from_env(),
         )
 
 
@@ -103,7 +109,7 @@ async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = N
                 health = QueueHealth(pool)
                 health.register_gauges()
                 tg.start_soon(health.run)
-            tg.start_soon(run_periodically, pool, config.retention)
+            tg.start_soon(run_periodically, pool, config.retention, config.requests.resend_window)
             await worker.run()
             tg.cancel_scope.cancel()
     finally:
@@ -125,44 +131,118 @@ class QuietServer(uvicorn.Server):
         self.should_exit = True
 
 
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One HTTP listener: its app, its bound socket and the server that will serve it."""
+
+    name: str
+    server: QuietServer
+    sock: socket.socket
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+
 def http_server(app: Any, settings: ApiSettings) -> QuietServer:
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
         log_config=None,
         # uvicorn's access log would print /verify?token=... : links must never reach logs.
         access_log=False,
         server_header=False,
-        lifespan="on",
+        # Each app's routes own their state; the runner owns the pool and background tasks.
+        lifespan="off",
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.keepalive_timeout,
     )
     return QuietServer(config)
 
 
-def listen(settings: ApiSettings) -> socket.socket:
-    """The API's listening socket, bound before serving so a taken port is a clear error."""
+def listen(host: str, port: int, setting: str) -> socket.socket:
+    """A listening socket, bound before serving so a taken port is a clear error."""
     try:
-        return socket.create_server((settings.host, settings.port), backlog=2048)
+        sock = socket.create_server((host, port), backlog=2048)
     except OSError as exc:
-        raise ConfigError(
-            "NOTIFIER_API_PORT", f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
-        ) from exc
+        raise ConfigError(setting, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    # asyncio sets TCP_NODELAY only on sockets whose protocol number is IPPROTO_TCP, and
+    # create_server's is 0: without it, the second segment of every response on a kept-alive
+    # connection waits for the client's delayed ACK (about 40 ms). Accepted connections
+    # inherit the option from the listening socket.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def bind_listeners(settings: ApiSettings) -> tuple[socket.socket, socket.socket]:
+    """The internal API's socket and the public pages' socket, both bound, or neither."""
+    internal = listen(settings.host, settings.port, "NOTIFIER_API_PORT")
+    try:
+        public = listen(settings.public_host, settings.public_port, "NOTIFIER_PUBLIC_PORT")
+    except BaseException:
+        internal.close()
+        raise
+    return internal, public
+
+
+def http_listeners(
+    services: Services,
+    settings: ApiSettings,
+    sockets: tuple[socket.socket, socket.socket],
+    internal_routes: Callable[[Any], None] | None = None,
+) -> list[Listener]:
+    """Both listeners over one set of services: the internal API and the public pages."""
+    limit, timeout = settings.max_body_bytes, settings.body_timeout
+    internal = create_internal_app(services, max_body_bytes=limit, body_timeout=timeout)
+    if internal_routes is not None:
+        internal_routes(internal)
+    public = create_public_app(services, max_body_bytes=limit, body_timeout=timeout)
+    return [
+        Listener("internal API", http_server(internal, settings), sockets[0]),
+        Listener("public pages", http_server(public, settings), sockets[1]),
+    ]
+
+
+async def keep_key_usage(services: Services) -> None:
+    """Write when each API key was last used, every KEY_USAGE_FLUSH_SECONDS, in one batch."""
+    while True:
+        await anyio.sleep(KEY_USAGE_FLUSH_SECONDS)
+        try:
+            await services.keyring.flush_usage()
+        except Exception as exc:
+            log.warning("could not record API key usage (%s); will retry", exc)
+
+
+# Seconds between writes of API keys' last-used times.
+KEY_USAGE_FLUSH_SECONDS = 5.0
 
 
 async def run_api(url: str, policy: Policy, settings: ApiSettings) -> None:
-    """Serve the HTTP API until SIGTERM or SIGINT."""
+    """Serve the internal API and the public pages until SIGTERM or SIGINT."""
     await require_current_schema(url)
-    sock = listen(settings)
+    sockets = bind_listeners(settings)
     telemetry = Telemetry.configure("notifier-api", prometheus=True)
-    server = http_server(create_app(url, policy, max_body_bytes=settings.max_body_bytes), settings)
-    log.info("API listening on http://%s:%d", settings.host, settings.port)
+    pool = await create_pool(url)
+    services = Services.over(pool, policy)
+    listeners = http_listeners(services, settings, sockets)
+    for listener in listeners:
+        log.info("%s listening on %s", listener.name, listener.url)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, [server.stop])
-            await server.serve(sockets=[sock])
+            tg.start_soon(stop_on_signals, [lst.server.stop for lst in listeners])
+            health = QueueHealth(pool)
+            health.register_gauges()
+            tg.start_soon(health.run)
+            tg.start_soon(keep_key_usage, services)
+            async with anyio.create_task_group() as servers:
+                for listener in listeners:
+                    servers.start_soon(listener.server.serve, [listener.sock])
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            with contextlib.suppress(Exception):
+                await services.keyring.flush_usage()
+            await pool.close()
             await anyio.to_thread.run_sync(telemetry.shutdown)
 
 

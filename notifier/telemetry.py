@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from notifier import __version__
+from notifier.redact import redact_text
+from notifier.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -305,20 +306,30 @@ def child_span(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
 
 
 class ServerSpans:
-    """ASGI middleware: one SERVER span per HTTP request, continuing an incoming traceparent.
+    """ASGI middleware: one SERVER span per HTTP request.
 
-    The span names the route template, never the raw URL: a query string can hold a token.
+    An incoming traceparent is continued only when `trust_incoming(scope)` says the caller
+    proved who it is (an authenticated internal client); anyone else's starts a new trace,
+    linked to theirs, so a stranger cannot graft spans onto our traces or pick trace ids.
+    The span names the route template, never the raw URL: a query string can hold a token,
+    and a path an address (redacted here).
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, trust_incoming: Callable[[Any], bool] | None = None) -> None:
         self.app = app
+        self.trust_incoming = trust_incoming
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not tracing_enabled():
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        parent = _propagator.extract(headers)
+        incoming = _propagator.extract(headers)
+        links: list[Link] = []
+        if self.trust_incoming is not None and self.trust_incoming(scope):
+            parent = incoming
+        else:
+            parent, links = Context(), link_to(incoming)
         method = scope["method"]
         status: dict[str, int] = {}
 
@@ -331,9 +342,10 @@ class ServerSpans:
             method,
             context=parent,
             kind=SpanKind.SERVER,
+            links=links,
             attributes={
                 "http.request.method": method,
-                "url.path": scope["path"],
+                "url.path": redact_text(scope["path"]),
                 "url.scheme": scope.get("scheme", "http"),
                 "network.protocol.version": scope.get("http_version", "1.1"),
             },
@@ -420,6 +432,18 @@ class WorkerMetrics:
             unit="{reconnect}",
             description="LISTEN connections lost and replaced",
         )
+        self.configuration_problems = meter.create_counter(
+            "notifier.configuration_problems",
+            unit="{attempt}",
+            description="Deliveries refused for our side's reasons (sender refused, policy or "
+            "content rejection): failed, recipients not suppressed; fix the configuration",
+        )
+        self.unknown_token_keys = meter.create_counter(
+            "notifier.unknown_token_keys",
+            unit="{attempt}",
+            description="Deliveries whose link was made with a secret this worker lacks "
+            "(retried until the link expires): give every worker the API's secrets",
+        )
 
     def __call__(self, event: Any) -> None:
         data = event.data
@@ -441,6 +465,10 @@ class WorkerMetrics:
                 self.stale_completions.add(1)
             case "listener_lost":
                 self.listener_reconnects.add(1)
+            case "configuration_problem":
+                self.configuration_problems.add(1)
+            case "unknown_token_key":
+                self.unknown_token_keys.add(1)
             case _:
                 pass
 

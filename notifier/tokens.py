@@ -72,6 +72,11 @@ class TokenKeys:
         self._by_id = {key_id(s): s.encode() for s in secrets_newest_first}
         self.current_key_id = key_id(secrets_newest_first[0])
 
+    def knows(self, token: str) -> bool:
+        """Whether `token` was made with a secret still configured: removing a secret from
+        NOTIFIER_TOKEN_SECRET revokes every link made with it."""
+        return token.partition(".")[0] in self._by_id
+
     def issue(self, verification_id: uuid.UUID) -> IssuedToken:
         nonce = secrets.token_bytes(NONCE_BYTES)
         token = self.derive(self.current_key_id, verification_id, nonce)
@@ -83,3 +88,38 @@ class TokenKeys:
             raise UnknownKeyError(kid)
         mac = hmac.new(secret, _CONTEXT + verification_id.bytes + nonce, hashlib.sha256).digest()
         return f"{kid}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+    def sign(self, context: bytes, data: bytes) -> str:
+        """`<key id>.<MAC>` of `data` for one `context`, under the newest secret.
+
+        For things the server hands out and must recognise later (a console session), never
+        for verification tokens, whose MAC is bound to its own context.
+        """
+        return f"{self.current_key_id}.{self._mac(self.current_key_id, context, data)}"
+
+    def verify(self, context: bytes, data: bytes, signature: str) -> bool:
+        """Whether `signature` is `sign(context, data)` under any configured secret."""
+        kid, _, mac = signature.partition(".")
+        if kid not in self._by_id:
+            return False
+        return hmac.compare_digest(self._mac(kid, context, data), mac)
+
+    def digest(self, context: bytes, data: bytes) -> bytes:
+        """A keyed hash of `data` for one `context`, under the newest secret: what is stored
+        in place of something derived from an address or a client's key, so that a dump of
+        the table cannot be checked against guesses."""
+        return self._digest(self.current_key_id, context, data)
+
+    def digest_matches(self, context: bytes, data: bytes, stored: bytes) -> bool:
+        """Whether `stored` is `digest(context, data)` under any configured secret (a value
+        stored before a rotation still matches while its secret is kept)."""
+        return any(
+            hmac.compare_digest(self._digest(kid, context, data), stored) for kid in self._by_id
+        )
+
+    def _digest(self, kid: str, context: bytes, data: bytes) -> bytes:
+        return hmac.new(self._by_id[kid], context + b"\x00" + data, hashlib.sha256).digest()
+
+    def _mac(self, kid: str, context: bytes, data: bytes) -> str:
+        digest = self._digest(kid, context, data)
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()

@@ -8,20 +8,27 @@ verifications for the same recipient, all inside one transaction on the caller's
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import re
+import secrets
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
-from email_validator import EmailNotValidError, validate_email
 
-from notifier.config import RequestSettings, SmtpSettings, TokenSettings, WorkerSettings
+from notifier import addresses
+from notifier.addresses import Address
+from notifier.config import (
+    RequestSettings,
+    RetentionSettings,
+    SmtpSettings,
+    TokenSettings,
+    WorkerSettings,
+)
 from notifier.errors import NotifierError
 from notifier.locales import normalize_locale
 from notifier.queries import sql
@@ -66,27 +73,40 @@ class IdempotencyConflict(RequestError):
         )
 
 
+ThrottleLimit = Literal["user", "mailbox", "domain", "client", "global"]
+_THROTTLE_SUBJECTS: dict[str, str] = {
+    "user": "this user",
+    "mailbox": "this mailbox (its spellings and +tags count as one)",
+    "domain": "this address's domain",
+    "client": "this API key",
+    "global": "this service",
+}
+
+
 class Throttled(RequestError):
-    """Too many verifications for this user or address in the resend window."""
+    """A limit on verification emails was reached: which one, and when one more fits."""
 
     code = "throttled"
 
-    def __init__(self, retry_after: int) -> None:
+    def __init__(self, retry_after: int, limit: ThrottleLimit = "mailbox") -> None:
         super().__init__(
-            f"too many verification emails for this user or address; try again in {retry_after}s"
+            f"too many verification emails for {_THROTTLE_SUBJECTS[limit]} "
+            f"({limit} limit); try again in {retry_after}s"
         )
         self.retry_after = retry_after
+        self.limit = limit
 
 
 class Suppressed(RequestError):
-    """The address failed permanently before and is suppressed until an operator clears it."""
+    """The recipient's server refused this mailbox for good; it is suppressed for a while."""
 
     code = "email_suppressed"
 
     def __init__(self) -> None:
         super().__init__(
-            "the mail server permanently refused this address before, so no more mail is "
-            "sent to it until an operator clears it (notifier suppressions clear ADDRESS)"
+            "the recipient's mail server refused this mailbox permanently (unknown, disabled "
+            "or full), so no mail is sent to it until the suppression expires or an operator "
+            "clears it (notifier suppressions clear ADDRESS)"
         )
 
 
@@ -101,10 +121,11 @@ class Policy:
     max_attempts: int
     # The Message-ID domain (NOTIFIER_MESSAGE_ID_DOMAIN, else the From address's domain).
     message_id_domain: str
-    # RequestSettings: idempotency-key lifetime and the resend limit per user and address.
-    idempotency_ttl: float = 86400.0
-    resend_limit: int = 5
-    resend_window: float = 3600.0
+    # Idempotency-key lifetime, the limits and how mailboxes are told apart.
+    limits: RequestSettings = field(default_factory=RequestSettings)
+    # NOTIFIER_SCRUB_AFTER: an expired link older than this asks for a fresh start, not a
+    # fresh link (its address is, or is about to be, scrubbed).
+    resend_horizon: float = RetentionSettings().scrub_after
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
@@ -114,6 +135,7 @@ class Policy:
             RequestSettings.from_env(env),
             max_attempts=WorkerSettings.from_env(env).max_attempts,
             message_id_domain=SmtpSettings.from_env(env).id_domain,
+            resend_horizon=RetentionSettings.from_env(env).scrub_after,
         )
 
     @classmethod
@@ -124,15 +146,15 @@ class Policy:
         *,
         max_attempts: int,
         message_id_domain: str,
+        resend_horizon: float = RetentionSettings().scrub_after,
     ) -> Policy:
         return cls(
             keys=TokenKeys(tokens.secrets),
             ttl_seconds=tokens.ttl_seconds,
             max_attempts=max_attempts,
             message_id_domain=message_id_domain,
-            idempotency_ttl=limits.idempotency_ttl,
-            resend_limit=limits.resend_limit,
-            resend_window=limits.resend_window,
+            limits=limits,
+            resend_horizon=resend_horizon,
         )
 
 
@@ -141,29 +163,58 @@ class VerificationRequest:
     """A validated request: what a verification is for and where it goes."""
 
     user_id: str
-    email: str
+    address: Address
     purpose: str = "signup"
     # The language the email is written in (a normalised tag); None: English.
     locale: str | None = None
 
     @classmethod
     def parse(
-        cls, user_id: str, email: str, purpose: str | None = None, locale: str | None = None
+        cls,
+        user_id: str,
+        email: str,
+        purpose: str | None,
+        separators: str,
+        locale: str | None = None,
     ) -> VerificationRequest:
+        try:
+            address = addresses.parse(email, separators)
+        except addresses.InvalidAddress as exc:
+            raise InvalidRequest("email", str(exc)) from exc
         return cls(
             _user_id(user_id),
-            normalize_email(email),
+            address,
             _purpose(purpose or "signup"),
             _locale(locale) if locale is not None else None,
         )
 
-    def fingerprint(self) -> bytes:
-        """Identifies the body an idempotency key was first used with."""
+    @property
+    def email(self) -> str:
+        return self.address.display
+
+    def _body(self) -> bytes:
         fields = [self.user_id, self.email, self.purpose]
         if self.locale is not None:
             # Appended only when given, so requests without one keep their fingerprints.
             fields.append(self.locale)
-        return hashlib.sha256(orjson.dumps(fields)).digest()
+        return orjson.dumps(fields)
+
+    def fingerprint(self, keys: TokenKeys) -> bytes:
+        """Identifies the body an idempotency key was first used with. Keyed (HMAC under the
+        server secret): a dump of the table cannot be checked against guessed addresses."""
+        return keys.digest(_FINGERPRINT_CONTEXT, self._body())
+
+    def has_fingerprint(self, keys: TokenKeys, stored: bytes) -> bool:
+        return keys.digest_matches(_FINGERPRINT_CONTEXT, self._body(), stored)
+
+
+_FINGERPRINT_CONTEXT = b"notifier.request-fingerprint.v1"
+_BUDGET_CONTEXT = b"notifier.request-budget.v1"
+# Budgets are counted in this many slices of the window: a request leaves the count up to
+# a sixtieth of the window early (a minute of an hour), never late.
+BUDGET_SLICES = 60
+# Concurrent requests update one of this many rows per slice of a shared budget.
+BUDGET_SHARDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,15 +227,12 @@ class VerificationResult:
     replayed: bool = False
 
 
-def normalize_email(raw: str) -> str:
-    """The address as stored and compared: validated, domain normalised."""
-    if not isinstance(raw, str) or any(c in raw for c in "\r\n\x00"):
-        raise InvalidRequest("email", "must be a single-line email address")
+def normalize_email(raw: str, separators: str = "+") -> str:
+    """The canonical mailbox of an address (what suppressions and limits are keyed by)."""
     try:
-        checked = validate_email(raw, check_deliverability=False)
-    except EmailNotValidError as exc:
+        return addresses.parse(raw, separators).mailbox
+    except addresses.InvalidAddress as exc:
         raise InvalidRequest("email", str(exc)) from exc
-    return str(checked.normalized)
 
 
 def _user_id(raw: str) -> str:
@@ -233,6 +281,7 @@ async def request_verification(
     policy: Policy | None = None,
     traceparent: str | None = None,
     tracestate: str | None = None,
+    client_id: str | None = None,
     locale: str | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn`.
@@ -242,32 +291,39 @@ async def request_verification(
     Suppressed without writing anything. `policy` defaults to one read from the environment.
     `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
     closest one there are templates for is used, English by default.
+    `client_id` is the API key that asked (None: the application's own code); idempotency
+    keys are scoped to it, so two clients using the same key never collide.
     """
-    request = VerificationRequest.parse(user_id, email, purpose, locale)
+    policy = policy or _env_policy()
+    limits = policy.limits
+    request = VerificationRequest.parse(
+        user_id, email, purpose, limits.subaddress_separators, locale
+    )
     if idempotency_key is not None:
         check_idempotency_key(idempotency_key)
-    policy = policy or _env_policy()
+    budgets = _Budgets.of(policy, request, client_id)
     # A savepoint inside the caller's transaction, or a transaction of its own.
     async with conn.transaction():
-        await conn.execute(sql("lock_request"), idempotency_key, request.user_id, request.email)
+        await conn.execute(
+            sql("lock_request"),
+            idempotency_key,
+            request.user_id,
+            request.address.mailbox,
+            client_id,
+        )
         if idempotency_key is not None:
             await conn.execute(
-                sql("forget_expired_idempotency_key"), idempotency_key, policy.idempotency_ttl
+                sql("forget_expired_idempotency_key"),
+                idempotency_key,
+                limits.idempotency_ttl,
+                client_id,
             )
-            replay = await _replay(conn, idempotency_key, request)
+            replay = await _replay(conn, idempotency_key, client_id, request, policy.keys)
             if replay is not None:
                 return replay
-        if await conn.fetchrow(sql("suppression_of"), request.email) is not None:
+        if await conn.fetchrow(sql("suppression_of"), request.address.mailbox) is not None:
             raise Suppressed()
-        retry_after = await conn.fetchval(
-            sql("throttle_retry_after"),
-            request.user_id,
-            request.email,
-            policy.resend_window,
-            policy.resend_limit,
-        )
-        if retry_after is not None:
-            raise Throttled(max(int(retry_after), 1))
+        await _check_limits(conn, limits, request, budgets)
         verification_id = uuid.uuid4()
         issued = policy.keys.issue(verification_id)
         with producer_span() as span:
@@ -282,6 +338,7 @@ async def request_verification(
                 traceparent,
                 tracestate,
                 idempotency_key,
+                client_id,
             )
             if span is not None and row is not None:
                 span.set_attribute("messaging.message.id", str(row["outbox_id"]))
@@ -289,10 +346,73 @@ async def request_verification(
         if row is None:
             # Unreachable while the key lock is held; kept so a missing lock fails loudly.
             raise RuntimeError("idempotency key taken despite its lock")
+        if budgets.scopes:
+            await conn.execute(
+                sql("count_request"),
+                budgets.scopes,
+                budgets.subjects,
+                budgets.shards,
+                budgets.slice_seconds,
+            )
         await conn.execute(
             sql("supersede_earlier"), request.user_id, request.email, request.purpose, row["id"]
         )
     return VerificationResult(row["id"], "pending", row["expires_at"])
+
+
+@dataclass(frozen=True, slots=True)
+class _Budgets:
+    """The shared budgets (domain, client, global) one request counts against."""
+
+    scopes: list[str]
+    subjects: list[bytes]
+    limits: list[int]
+    shards: list[int]
+    slice_seconds: float
+
+    @classmethod
+    def of(cls, policy: Policy, request: VerificationRequest, client_id: str | None) -> _Budgets:
+        limits = policy.limits
+        wanted = [
+            ("domain", request.address.domain, limits.domain_limit),
+            ("client", client_id, limits.client_limit),
+            ("global", "", limits.global_limit),
+        ]
+        chosen = [(s, v, n) for s, v, n in wanted if v is not None and n > 0]
+        return cls(
+            scopes=[s for s, _, _ in chosen],
+            # Keyed, so the counters hold no domain or client in the clear.
+            subjects=[
+                b"" if s == "global" else policy.keys.digest(_BUDGET_CONTEXT, f"{s}:{v}".encode())
+                for s, v, _ in chosen
+            ],
+            limits=[n for _, _, n in chosen],
+            shards=[secrets.randbelow(BUDGET_SHARDS) for _ in chosen],
+            slice_seconds=limits.resend_window / BUDGET_SLICES,
+        )
+
+
+async def _check_limits(
+    conn: Any, limits: RequestSettings, request: VerificationRequest, budgets: _Budgets
+) -> None:
+    """Throttled, naming the first limit this request would exceed; else nothing."""
+    exceeded = await conn.fetchrow(
+        sql("throttle_retry_after"),
+        request.user_id,
+        request.address.mailbox,
+        limits.resend_window,
+        limits.resend_limit,
+    )
+    if exceeded is None and budgets.scopes:
+        exceeded = await conn.fetchrow(
+            sql("budget_retry_after"),
+            budgets.scopes,
+            budgets.subjects,
+            budgets.limits,
+            limits.resend_window,
+        )
+    if exceeded is not None:
+        raise Throttled(max(int(exceeded["retry_after"]), 1), exceeded["scope"])
 
 
 async def _insert(
@@ -304,6 +424,7 @@ async def _insert(
     traceparent: str | None,
     tracestate: str | None,
     idempotency_key: str | None,
+    client_id: str | None,
 ) -> Any:
     return await conn.fetchrow(
         sql("insert_verification"),
@@ -320,16 +441,20 @@ async def _insert(
         traceparent,
         tracestate,
         idempotency_key,
-        request.fingerprint() if idempotency_key is not None else None,
+        request.fingerprint(policy.keys) if idempotency_key is not None else None,
+        client_id,
+        request.address.mailbox,
         request.locale,
     )
 
 
-async def _replay(conn: Any, key: str, request: VerificationRequest) -> VerificationResult | None:
-    existing = await conn.fetchrow(sql("find_by_idempotency_key"), key)
+async def _replay(
+    conn: Any, key: str, client_id: str | None, request: VerificationRequest, keys: TokenKeys
+) -> VerificationResult | None:
+    existing = await conn.fetchrow(sql("find_by_idempotency_key"), key, client_id)
     if existing is None:
         return None
-    if bytes(existing["request_fingerprint"]) != request.fingerprint():
+    if not request.has_fingerprint(keys, bytes(existing["request_fingerprint"])):
         raise IdempotencyConflict()
     return VerificationResult(existing["id"], existing["status"], existing["expires_at"], True)
 
@@ -360,14 +485,34 @@ class Confirmation:
     email: str | None = None
     purpose: str | None = None
     locale: str | None = None
+    # The client that requested it: a fresh link from its page counts against that client.
+    client_id: str | None = None
+    # When it expired (None: it has not); a link long expired cannot be renewed.
+    expired_at: datetime | None = None
+    # Its address was scrubbed (retention): nothing can be sent for it again.
+    scrubbed: bool = False
+
+    def renewable(self, horizon: float) -> bool:
+        """Whether its page may send one fresh link: it expired (or a fresh link already
+        replaced it) less than `horizon` seconds ago, and its address is still there."""
+        if self.scrubbed or self.user_id is None or self.email is None:
+            return False
+        if self.outcome != "expired" and not self.superseded:
+            return False
+        return (
+            self.expired_at is None
+            or (datetime.now(UTC) - self.expired_at).total_seconds() < horizon
+        )
 
 
-async def confirm(conn: Any, token: str, *, apply: bool) -> Confirmation:
+async def confirm(conn: Any, token: str, *, apply: bool, keys: TokenKeys) -> Confirmation:
     """Confirm `token` (apply=True), or only say what confirming would do (apply=False).
 
     The token is looked up by its hash; the raw token is never stored, logged or returned.
+    A token made with a secret no longer in `keys` is invalid: removing a secret revokes
+    its links.
     """
-    if not isinstance(token, str) or not looks_like_token(token):
+    if not isinstance(token, str) or not looks_like_token(token) or not keys.knows(token):
         return Confirmation("invalid")
     token_hash = hash_token(token)
     row = await conn.fetchrow(sql("confirm_token" if apply else "token_state"), token_hash)
@@ -378,6 +523,9 @@ async def confirm(conn: Any, token: str, *, apply: bool) -> Confirmation:
         "email": row["email"],
         "purpose": row["purpose"],
         "locale": row["locale"],
+        "client_id": row["client_id"],
+        "expired_at": row["expires_at"] if row["expired"] else None,
+        "scrubbed": row["scrubbed_at"] is not None,
     }
     if row["confirmed_now"]:
         return Confirmation("verified", row["id"], **recipient)

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from notifier.addresses import envelope_recipient
 from notifier.batching import Batcher
 from notifier.config import WorkerSettings
 from notifier.intake import Intake
@@ -123,7 +124,9 @@ class Worker:
         self.mail_from = mail_from
         self.public_url = public_url.rstrip("/")
         self.signals = signals or Signals()
-        self.leases = Leases(pool, owner or default_owner(), settings.lease_seconds)
+        self.leases = Leases(
+            pool, owner or default_owner(), settings.lease_seconds, settings.suppression_ttl
+        )
         self.backoff = Backoff.from_settings(settings)
         self.intake = Intake()
         self.listener = Listener(
@@ -375,11 +378,28 @@ class Worker:
         try:
             token = self.keys.derive(row.token_key_id, row.verification_id, row.token_nonce)
         except UnknownKeyError as exc:
-            return ended(outcome="permanent", detail=str(exc))
+            # The API may already have the new secret while this worker does not (a rollout
+            # in progress): retry until the link expires, loudly, rather than fail it.
+            log.error(
+                "delivery %d: its link was made with token key %s, which this worker's "
+                "NOTIFIER_TOKEN_SECRET lacks; retrying until the link expires. Give every "
+                "worker the API's secrets.",
+                row.id,
+                exc.key_id,
+            )
+            self.signals.emit("unknown_token_key", id=row.id, key_id=exc.key_id)
+            return ended(
+                outcome="transient",
+                detail=f"{exc}; retried until the link expires",
+                retry_delay=self.backoff.delay(row.attempt),
+            )
+        # An ASCII local part at an internationalised domain goes out with the punycode
+        # domain, so any server takes it; only a non-ASCII local part needs SMTPUTF8.
+        recipient, _ = envelope_recipient(row.email)
         message = self.templates.compose(
             message_id=row.message_id,
             sender=self.mail_from,
-            recipient=row.email,
+            recipient=recipient,
             link=f"{self.public_url}/verify?token={token}",
             expires_at=row.expires_at,
             purpose=row.purpose,
@@ -446,7 +466,11 @@ class Worker:
                     outcome="sent", provider_message_id=result.provider_message_id, **common
                 )
             case "permanent":
-                return ended(outcome="permanent", **common)  # type: ignore[no-any-return]
+                if result.refusal == "configuration":
+                    self.signals.emit("configuration_problem", id=row.id, code=result.code)
+                return ended(  # type: ignore[no-any-return]
+                    outcome="permanent", suppress=result.refusal == "recipient", **common
+                )
             case "transient" | "unknown":
                 return ended(  # type: ignore[no-any-return]
                     outcome=result.outcome, retry_delay=self.backoff.delay(row.attempt), **common

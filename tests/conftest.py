@@ -96,7 +96,8 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         await pool.close()
 
 
-TEST_SECRET = "test-secret-" + "x" * 32
+# Generated once (secrets.token_urlsafe(32)): only generator-like secrets are accepted.
+TEST_SECRET = "pYq3Zc8vT1mWbK7rXs2LdN9fHg4JaE6uQo0VtRi5Bk"
 
 
 @pytest.fixture

@@ -72,6 +72,7 @@ def plan_requests(count: int, run_id: str) -> list[Request]:
 
 async def run_load(
     api_url: str,
+    api_key: str,
     stats: LoadStats,
     rate: float,
     concurrency: int,
@@ -87,7 +88,10 @@ async def run_load(
     queue = list(reversed(stats.requests))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(
-        base_url=api_url, timeout=REQUEST_TIMEOUT_SECONDS, limits=limits
+        base_url=api_url,
+        timeout=REQUEST_TIMEOUT_SECONDS,
+        limits=limits,
+        headers={"Authorization": f"Bearer {api_key}"},
     ) as client:
 
         async def sender() -> None:

@@ -29,6 +29,7 @@ from benchmarks.soak.processes import ProcessFailed, Slot, run_once
 from benchmarks.soak.report import Timings, render, summary_rows, write_json
 from benchmarks.soak.settings import SoakSettings
 from benchmarks.soak.smtp import FaultySmtp, MailLog
+from notifier import apikeys
 
 # Seconds the API may take to answer /readyz with 200 after it starts.
 API_READY_TIMEOUT_SECONDS = 30.0
@@ -64,10 +65,17 @@ async def run_soak(settings: SoakSettings, console: Console) -> int:
     drained_in: float | None = None
     try:
         await run_once(["migrate"], settings.common_env(url), logs / "migrate.log")
-        api_port = _free_port()
+        # The soak's client key, registered as a deployment would provision one.
+        api_key = apikeys.generate().key
+        await run_once(
+            ["keys", "create", "soak", "--scope", "request", "--key-from-env", "SOAK_API_KEY"],
+            {**settings.common_env(url), "SOAK_API_KEY": api_key},
+            logs / "keys.log",
+        )
+        api_port, public_port = _free_port(), _free_port()
         api_url = f"http://127.0.0.1:{api_port}"
         async with anyio.create_task_group() as watchers:
-            api = Slot("api", 0, settings.api_env(url, api_port), logs, watchers)
+            api = Slot("api", 0, settings.api_env(url, api_port, public_port), logs, watchers)
             workers = [
                 Slot("worker", i, settings.worker_env(url, smtp.ports[i]), logs, watchers)
                 for i in range(settings.workers)
@@ -94,6 +102,7 @@ async def run_soak(settings: SoakSettings, console: Console) -> int:
                         faulting.start_soon(injector.run, stop_faults, restart_database)
                         await run_load(
                             api_url,
+                            api_key,
                             stats,
                             settings.rate,
                             settings.request_concurrency,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.soak.smtp import Fault
 
-# The secret every process shares; long enough for NOTIFIER_TOKEN_SECRET's rule.
-TOKEN_SECRET = "soak-secret-" + "s" * 40
+# The secret every process of a run shares, made for the run as an operator would make one.
+TOKEN_SECRET = secrets.token_urlsafe(32)
 PUBLIC_URL = "http://127.0.0.1:9/soak"
 MAIL_FROM = "noreply@soak.example.com"
 # Recipients: one distinct address (and user) per verification.
@@ -101,11 +102,13 @@ class SoakSettings:
             "NOTIFIER_LISTENER_CHECK_TIMEOUT": f"{self.listener_check_timeout:g}",
         }
 
-    def api_env(self, database_url: str, port: int) -> dict[str, str]:
+    def api_env(self, database_url: str, port: int, public_port: int) -> dict[str, str]:
         return {
             **self.common_env(database_url),
             "NOTIFIER_API_HOST": "127.0.0.1",
             "NOTIFIER_API_PORT": str(port),
+            "NOTIFIER_PUBLIC_HOST": "127.0.0.1",
+            "NOTIFIER_PUBLIC_PORT": str(public_port),
         }
 
     def common_env(self, database_url: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_SECRET
+from tests.support.apps import bearer, make_key
 from tests.support.cli import run_cli, running_cli
 
 pytestmark = pytest.mark.anyio
@@ -18,26 +19,33 @@ pytestmark = pytest.mark.anyio
 WAIT = 20
 
 
-async def test_api_serves_requests_and_stops_cleanly_on_sigterm(
-    database_url: str, db: asyncpg.Connection, free_tcp_port_factory: Callable[[], int]
-) -> None:
-    port = free_tcp_port_factory()
-    env = {
+def api_env(database_url: str, port: int, public_port: int, **extra: str) -> dict[str, str]:
+    return {
         "NOTIFIER_DATABASE_URL": database_url,
         "NOTIFIER_TOKEN_SECRET": TEST_SECRET,
         "NOTIFIER_API_PORT": str(port),
+        "NOTIFIER_PUBLIC_PORT": str(public_port),
+        **extra,
     }
-    async with running_cli("api", env=env) as cli:
+
+
+async def test_api_serves_requests_and_stops_cleanly_on_sigterm(
+    database_url: str, db: asyncpg.Connection, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    port, public_port = free_tcp_port_factory(), free_tcp_port_factory()
+    key = await make_key(db, ["request"])
+    async with running_cli("api", env=api_env(database_url, port, public_port)) as cli:
         with anyio.fail_after(WAIT):
-            await cli.wait_for_line("API listening")
+            await cli.wait_for_line("public pages listening")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             created = await client.post(
                 "/v1/verifications",
                 json={"user_id": "u1", "email": "ada@example.com"},
-                headers={"Idempotency-Key": "cli-1"},
+                headers={"Idempotency-Key": "cli-1", **bearer(key)},
             )
             ready = await client.get("/readyz")
-            page = await client.get("/verify", params={"token": "0123abcd." + "x" * 43})
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{public_port}") as links:
+            page = await links.get("/verify", params={"token": "0123abcd." + "x" * 43})
         cli.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(WAIT):
             assert await cli.process.wait() == 0
@@ -50,10 +58,82 @@ async def test_api_serves_requests_and_stops_cleanly_on_sigterm(
     assert "ada@example.com" not in cli.output
 
 
+async def test_the_public_port_serves_no_internal_route(
+    database_url: str, db: asyncpg.Connection, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    port, public_port = free_tcp_port_factory(), free_tcp_port_factory()
+    key = await make_key(db)
+    async with running_cli("api", env=api_env(database_url, port, public_port)) as cli:
+        with anyio.fail_after(WAIT):
+            await cli.wait_for_line("public pages listening")
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{public_port}", headers=bearer(key)
+        ) as links:
+            statuses = {
+                path: (await links.request(method, path, json={})).status_code
+                for method, path in (
+                    ("POST", "/v1/verifications"),
+                    ("GET", "/metrics"),
+                    ("GET", "/docs"),
+                    ("GET", "/openapi.json"),
+                    ("GET", "/v1/suppressions"),
+                )
+            }
+    assert set(statuses.values()) == {404}, statuses
+    assert await db.fetchval("SELECT count(*) FROM notifier.verifications") == 0
+
+
+async def test_a_body_that_trickles_in_is_cut_off_with_408(
+    database_url: str, db: asyncpg.Connection, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    port, public_port = free_tcp_port_factory(), free_tcp_port_factory()
+    key = await make_key(db)
+    env = api_env(database_url, port, public_port, NOTIFIER_HTTP_BODY_TIMEOUT="0.5")
+    async with running_cli("api", env=env) as cli:
+        with anyio.fail_after(WAIT):
+            await cli.wait_for_line("public pages listening")
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(
+                b"POST /v1/verifications HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nIdempotency-Key: slow\r\n"
+                + f"Authorization: Bearer {key}\r\n".encode()
+                + b"Content-Length: 100\r\n\r\n{"
+            )
+            with anyio.fail_after(WAIT):
+                reply = await stream.receive()
+    assert reply.startswith(b"HTTP/1.1 408"), reply
+    assert await db.fetchval("SELECT count(*) FROM notifier.verifications") == 0
+
+
+async def test_beyond_the_concurrency_limit_requests_are_refused_at_once(
+    database_url: str, free_tcp_port_factory: Callable[[], int]
+) -> None:
+    port, public_port = free_tcp_port_factory(), free_tcp_port_factory()
+    env = api_env(database_url, port, public_port, NOTIFIER_HTTP_LIMIT_CONCURRENCY="2")
+    async with running_cli("api", env=env) as cli:
+        with anyio.fail_after(WAIT):
+            await cli.wait_for_line("public pages listening")
+        # Two idle connections hold the whole allowance; the third is turned away.
+        held = [await anyio.connect_tcp("127.0.0.1", public_port) for _ in range(2)]
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{public_port}") as client:
+                refused = await client.get("/healthz")
+        finally:
+            for stream in held:
+                await stream.aclose()
+    assert refused.status_code == 503
+
+
 async def test_api_refuses_to_start_without_a_token_secret(database_url: str) -> None:
     result = await run_cli("api", env={"NOTIFIER_DATABASE_URL": database_url})
     assert result.returncode == 2
     assert "NOTIFIER_TOKEN_SECRET" in result.stderr
+
+
+async def test_api_refuses_one_port_for_both_listeners(database_url: str) -> None:
+    result = await run_cli("api", env=api_env(database_url, 8123, 8123))
+    assert result.returncode == 2
+    assert "NOTIFIER_PUBLIC_PORT" in result.stderr and "Traceback" not in result.stderr
 
 
 async def test_api_reports_a_taken_port_clearly(

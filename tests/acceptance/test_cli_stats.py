@@ -66,4 +66,6 @@ async def test_stats_alerts_on_expired_leases(
 async def test_cleanup_reports_what_it_did(database_url: str) -> None:
     result = await run_cli("cleanup", env={"NOTIFIER_DATABASE_URL": database_url})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "scrubbed 0 addresses, deleted 0 finished deliveries"
+    assert result.stdout.strip() == (
+        "scrubbed 0 addresses, deleted 0 finished deliveries, expired 0 suppressions"
+    )

@@ -18,6 +18,7 @@ from tests.support.browser import (
     WAIT_SECONDS,
     dev_server,
     inbox_holding,
+    parse_ready_line,
     request_verification,
 )
 from tests.support.cli import running_cli
@@ -204,15 +205,15 @@ async def test_another_site_cannot_empty_the_inbox(api: httpx.AsyncClient) -> No
 async def test_messages_survive_a_restart_of_notifier_dev(
     dev_env: dict[str, str], dev_data: Path, page: Page
 ) -> None:
-    async with dev_server(dev_env) as url, httpx.AsyncClient(base_url=url) as api:
+    async with dev_server(dev_env) as dev, dev.client() as api:
         await request_verification(api, "ada@example.com")
         with anyio.fail_after(WAIT_SECONDS):
             [before] = await inbox_holding(api, 1)
     assert list((dev_data / "inbox").glob("*.eml"))
-    async with dev_server(dev_env) as url, httpx.AsyncClient(base_url=url) as api:
+    async with dev_server(dev_env) as dev, dev.client() as api:
         [after] = (await api.get("/dev/inbox.json")).json()
         assert (after["number"], after["link"]) == (before["number"], before["link"])
-        await page.goto(f"{url}/dev/inbox/{after['number']}")
+        await page.goto(f"{dev.url}/dev/inbox/{after['number']}")
         await expect(page.locator("#verify-link")).to_have_attribute("href", before["link"])
 
 
@@ -303,9 +304,8 @@ async def test_notifier_dev_stops_promptly_with_an_inbox_page_still_listening(
     async with running_cli("dev", env=dev_env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT_SECONDS):
             line = await cli.wait_for_line(READY, stream="stdout")
-        url = line.split("API ", 1)[1].split()[0]
         async with (
-            httpx.AsyncClient(base_url=url) as api,
+            parse_ready_line(line).client() as api,
             api.stream("GET", "/dev/inbox/events") as stream,
         ):
             # Read up to the first event by hand: leaving an `async for` would close the stream.

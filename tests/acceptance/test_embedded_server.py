@@ -1,7 +1,9 @@
-"""The embedded PostgreSQL: started on demand, reused, stopped at exit, owned by one process."""
+"""The embedded PostgreSQL: started on demand, reused, stopped at exit, owned by one process,
+used by others while it runs."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from notifier.embedded import PGDATA_DIR, EmbeddedPostgres
+from notifier.embedded import OWNER_FILE, PGDATA_DIR, EmbeddedPostgres
 from tests.support.cli import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio
@@ -63,19 +65,38 @@ async def test_default_data_directory_is_dot_notifier_in_the_working_directory(
     assert (tmp_path / ".notifier" / PGDATA_DIR / "PG_VERSION").exists()
 
 
-async def test_second_process_on_the_same_data_directory_gets_a_clear_message(
+async def test_second_process_uses_the_owners_server_without_stopping_it(
     tmp_path: Path,
 ) -> None:
     holder = _start_holder(tmp_path)
     try:
-        result = await run_cli("migrate", env={"NOTIFIER_DATA_DIR": str(tmp_path)})
-        assert result.returncode == 2
-        assert f"in use by process {holder.pid}" in result.stderr
-        assert "Traceback" not in result.stderr
+        env = {"NOTIFIER_DATA_DIR": str(tmp_path)}
+        applied = await run_cli("migrate", env=env)
+        assert applied.returncode == 0, applied.stderr
+        assert f"that process {holder.pid} runs" in applied.stderr
+        status = await run_cli("migrate", "--status", env=env)
+        assert status.returncode == 0, status.stderr
+        assert holder.poll() is None
+        assert _server_running(tmp_path)
     finally:
         holder.kill()
         holder.communicate()
         await run_cli("migrate", env={"NOTIFIER_DATA_DIR": str(tmp_path)})  # adopts and stops it
+
+
+async def test_a_command_while_the_owner_has_no_server_up_yet_gets_a_clear_message(
+    tmp_path: Path,
+) -> None:
+    # This test owns the directory, as a process still initialising the cluster would.
+    with (tmp_path / OWNER_FILE).open("w") as owner:
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        owner.write(str(os.getpid()))
+        owner.flush()
+        result = await run_cli("stats", env={"NOTIFIER_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert f"in use by process {os.getpid()}" in result.stderr
+    assert "not accepting connections yet" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 async def test_owner_killed_with_sigkill_leaves_no_stale_lock(tmp_path: Path) -> None:

@@ -6,10 +6,12 @@ import signal
 from collections.abc import Callable, Iterator
 
 import anyio
+import asyncpg
 import httpx
 import pytest
 
 from tests.conftest import TEST_SECRET
+from tests.support.apps import bearer, make_key
 from tests.support.cli import running_cli
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.smtp_server import SmtpServer
@@ -33,8 +35,10 @@ async def test_api_and_worker_export_one_linked_trace_per_verification(
     smtp_server: SmtpServer,
     receiver: OtlpReceiver,
     free_tcp_port_factory: Callable[[], int],
+    db: asyncpg.Connection,
 ) -> None:
-    port = free_tcp_port_factory()
+    port, public_port = free_tcp_port_factory(), free_tcp_port_factory()
+    key = await make_key(db, ["request"])
     common = {
         "NOTIFIER_DATABASE_URL": database_url,
         "NOTIFIER_TOKEN_SECRET": TEST_SECRET,
@@ -52,16 +56,24 @@ async def test_api_and_worker_export_one_linked_trace_per_verification(
     }
     async with (
         running_cli("worker", env=worker_env) as worker,
-        running_cli("api", env={**common, "NOTIFIER_API_PORT": str(port)}) as api,
+        running_cli(
+            "api",
+            env={
+                **common,
+                "NOTIFIER_API_PORT": str(port),
+                "NOTIFIER_PUBLIC_PORT": str(public_port),
+            },
+        ) as api,
     ):
         with anyio.fail_after(WAIT):
             await worker.wait_for_line("delivering (")
-            await api.wait_for_line("API listening")
+            await api.wait_for_line("internal API listening")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             created = await client.post(
                 "/v1/verifications",
                 json={"user_id": "otel", "email": "otel@example.com"},
                 headers={
+                    **bearer(key),
                     "Idempotency-Key": "otel-1",
                     "traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01",
                 },
@@ -75,7 +87,8 @@ async def test_api_and_worker_export_one_linked_trace_per_verification(
             assert await api.process.wait() == 0
 
     spans = receiver.spans
-    trace_id = "ab" * 16  # the caller's trace, continued from its traceparent header
+    # The caller's trace, continued from its traceparent header: it proved who it is.
+    trace_id = "ab" * 16
     story = [s for s in spans if s.trace_id == trace_id]
     by_name = {s.name: s for s in story}
     server = by_name["POST /v1/verifications"]

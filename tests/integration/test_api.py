@@ -11,8 +11,8 @@ import asyncpg
 import httpx
 import pytest
 
-from notifier.api import create_app
 from notifier.tokens import TokenKeys
+from tests.support.apps import Clients, serve
 from tests.support.deliveries import expire_verification, policy_for_tests
 
 pytestmark = pytest.mark.anyio
@@ -26,14 +26,23 @@ def policy_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(
-    pool: asyncpg.Pool, database_url: str, keys: TokenKeys, policy_overrides: dict[str, Any]
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(database_url, policy_for_tests(keys, **policy_overrides), pool=pool)
-    app.state.pool = pool
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
-        yield client
+async def apps(
+    pool: asyncpg.Pool, keys: TokenKeys, policy_overrides: dict[str, Any]
+) -> AsyncIterator[Clients]:
+    async with serve(pool, policy_for_tests(keys, **policy_overrides)) as clients:
+        yield clients
+
+
+@pytest.fixture
+def client(apps: Clients) -> httpx.AsyncClient:
+    """The internal API, with a key that has every scope."""
+    return apps.internal
+
+
+@pytest.fixture
+def public(apps: Clients) -> httpx.AsyncClient:
+    """The public listener: the pages a link opens and the JSON confirm."""
+    return apps.public
 
 
 async def post(
@@ -187,7 +196,7 @@ async def test_oversized_body_is_refused(client: httpx.AsyncClient, db: asyncpg.
 
 
 async def test_a_new_request_supersedes_the_earlier_unverified_one(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     first = (await post(client, key="k1")).json()
     old_token = await token_for(db, keys, first["id"])
@@ -198,7 +207,7 @@ async def test_a_new_request_supersedes_the_earlier_unverified_one(
         True,
         "superseded",
     )
-    confirmed = await client.post("/v1/verifications/confirm", json={"token": old_token})
+    confirmed = await public.post("/v1/verifications/confirm", json={"token": old_token})
     assert confirmed.json()["outcome"] == "invalid"
     assert (await client.get(f"/v1/verifications/{second['id']}")).json()["status"] == "pending"
 
@@ -230,9 +239,10 @@ async def test_requests_beyond_the_limit_per_address_get_429(
 async def test_a_suppressed_address_gets_a_clear_error(
     client: httpx.AsyncClient, db: asyncpg.Connection
 ) -> None:
+    # Keyed by canonical mailbox: the request's "Ada@Example.COM" is this mailbox.
     await db.execute(
         "INSERT INTO notifier.suppressed_addresses (email, reason) VALUES ($1, '550 gone')",
-        "Ada@example.com",
+        "ada@example.com",
     )
     response = await post(client)
     assert response.status_code == 422
@@ -263,60 +273,60 @@ async def test_malformed_verification_id_is_a_clear_error(client: httpx.AsyncCli
 
 
 async def test_confirming_a_live_token_verifies_once(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
     token = await token_for(db, keys, created["id"])
-    first = await client.post("/v1/verifications/confirm", json={"token": token})
-    second = await client.post("/v1/verifications/confirm", json={"token": token})
+    first = await public.post("/v1/verifications/confirm", json={"token": token})
+    second = await public.post("/v1/verifications/confirm", json={"token": token})
     assert (first.status_code, first.json()["outcome"]) == (200, "verified")
     assert (second.status_code, second.json()["outcome"]) == (200, "already_verified")
     assert (await client.get(f"/v1/verifications/{created['id']}")).json()["verified"] is True
 
 
 async def test_confirming_an_expired_token_is_410(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
     token = await token_for(db, keys, created["id"])
     outbox_id = await db.fetchval("SELECT id FROM notifier.email_outbox")
     await expire_verification(db, outbox_id)
-    response = await client.post("/v1/verifications/confirm", json={"token": token})
+    response = await public.post("/v1/verifications/confirm", json={"token": token})
     assert (response.status_code, response.json()["outcome"]) == (410, "expired")
 
 
 @pytest.mark.parametrize("token", ["garbage", "0123abcd." + "A" * 43, "x" * 100])
 async def test_confirming_an_unknown_or_malformed_token_is_400(
-    client: httpx.AsyncClient, token: str
+    client: httpx.AsyncClient, public: httpx.AsyncClient, token: str
 ) -> None:
-    response = await client.post("/v1/verifications/confirm", json={"token": token})
+    response = await public.post("/v1/verifications/confirm", json={"token": token})
     assert (response.status_code, response.json()["outcome"]) == (400, "invalid")
 
 
 async def test_opening_the_link_changes_nothing_until_confirm_is_pressed(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
     token = await token_for(db, keys, created["id"])
-    page = await client.get("/verify", params={"token": token})
+    page = await public.get("/verify", params={"token": token})
     assert page.status_code == 200 and "Confirm" in page.text
     assert page.headers["Referrer-Policy"] == "no-referrer"
     assert await db.fetchval("SELECT verified_at FROM notifier.verifications") is None
-    done = await client.post("/verify", data={"token": token})
+    done = await public.post("/verify", data={"token": token})
     assert "data-outcome=verified" in done.text
     assert await db.fetchval("SELECT verified_at FROM notifier.verifications") is not None
 
 
 async def test_expired_link_page_offers_one_fresh_link(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
     token = await token_for(db, keys, created["id"])
     await expire_verification(db, await db.fetchval("SELECT id FROM notifier.email_outbox"))
-    page = await client.get("/verify", params={"token": token})
+    page = await public.get("/verify", params={"token": token})
     assert page.status_code == 410 and "data-outcome=expired" in page.text
-    first = await client.post("/verify/resend", data={"token": token})
-    again = await client.post("/verify/resend", data={"token": token})
+    first = await public.post("/verify/resend", data={"token": token})
+    again = await public.post("/verify/resend", data={"token": token})
     assert (first.status_code, again.status_code) == (202, 202)
     assert await counts(db) == (2, 2)
 
@@ -333,12 +343,9 @@ async def test_readiness_fails_while_migrations_are_pending(
 
     pool = await create_pool(empty_database_url)
     try:
-        app = create_app(empty_database_url, policy_for_tests(keys), pool=pool)
-        app.state.pool = pool
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api.test"
-        ) as client:
-            response = await client.get("/readyz")
+        # No schema, so no key either: the probe needs none.
+        async with serve(pool, policy_for_tests(keys), key="unused") as apps:
+            response = await apps.internal.get("/readyz")
     finally:
         await pool.close()
     assert response.status_code == 503
@@ -347,27 +354,37 @@ async def test_readiness_fails_while_migrations_are_pending(
 
 async def test_an_over_long_link_shows_the_invalid_page_not_an_error(
     client: httpx.AsyncClient,
+    public: httpx.AsyncClient,
 ) -> None:
-    page = await client.get("/verify", params={"token": "x" * 300})
+    page = await public.get("/verify", params={"token": "x" * 300})
     assert page.status_code == 400 and "data-outcome=invalid" in page.text
 
 
 async def test_asking_to_resend_a_live_link_shows_its_confirm_button(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
     token = await token_for(db, keys, created["id"])
-    page = await client.post("/verify/resend", data={"token": token})
+    page = await public.post("/verify/resend", data={"token": token})
     assert page.status_code == 200 and "Confirm" in page.text
     assert await counts(db) == (1, 1)
 
 
 @pytest.mark.parametrize("policy_overrides", [{"resend_limit": 1}])
-async def test_a_throttled_resend_says_when_to_try_again(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+async def test_a_refused_resend_gets_the_same_generic_page_whatever_the_reason(
+    client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
     token = await token_for(db, keys, created["id"])
     await expire_verification(db, await db.fetchval("SELECT id FROM notifier.email_outbox"))
-    page = await client.post("/verify/resend", data={"token": token})
-    assert page.status_code == 429 and int(page.headers["Retry-After"]) > 0
+    throttled = await public.post("/verify/resend", data={"token": token})
+    await db.execute(
+        "INSERT INTO notifier.suppressed_addresses (email, reason) VALUES ('ada@example.com', 'x')"
+    )
+    await db.execute("UPDATE notifier.verifications SET created_at = now() - interval '2 hours'")
+    suppressed = await public.post("/verify/resend", data={"token": token})
+    # Whoever holds a link learns nothing about the address: not which limit, not when.
+    assert (throttled.status_code, suppressed.status_code) == (429, 429)
+    assert throttled.text == suppressed.text
+    assert "Retry-After" not in throttled.headers
+    assert await counts(db) == (1, 1)

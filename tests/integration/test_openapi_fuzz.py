@@ -36,10 +36,13 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from notifier.api import create_app
+from notifier.api import create_internal_app, openapi_document
+from notifier.public import create_public_app
 from notifier.tokens import TokenKeys
 from notifier.verifications import request_verification
+from notifier.web import Services
 from tests.conftest import TEST_SECRET
+from tests.support.apps import Clients, serve
 from tests.support.deliveries import policy_for_tests
 
 pytestmark = pytest.mark.anyio
@@ -51,20 +54,25 @@ RESEND_LIMIT = 3
 # response, few enough that the whole module runs in seconds.
 EXAMPLES_PER_OPERATION = 25
 
-# The document under test, as the app serves it at /openapi.json (no database is needed to
-# build it).
-DOCUMENT = create_app("postgresql://unused", policy_for_tests(TokenKeys((TEST_SECRET,)))).openapi()
-SCHEMA = schemathesis.openapi.from_dict(DOCUMENT)
+# The documents under test: the internal API's, as it serves it at /openapi.json, and the
+# public listener's, which it does not serve but which describes its routes all the same (no
+# database is needed to build either).
+_SERVICES = Services.over(None, policy_for_tests(TokenKeys((TEST_SECRET,))))
+SCHEMAS = {
+    "internal": schemathesis.openapi.from_dict(openapi_document(create_internal_app(_SERVICES))),
+    "public": schemathesis.openapi.from_dict(create_public_app(_SERVICES).openapi()),
+}
 Operation = APIOperation[Any, Any, Any, Any]
 
 
-def operations() -> list[Operation]:
-    """Every operation in the document; one that schemathesis cannot read is an error."""
+def operations() -> list[tuple[str, Operation]]:
+    """Every operation of both listeners; one that schemathesis cannot read is an error."""
     found = []
-    for result in SCHEMA.get_all_operations():
-        if isinstance(result, Err):
-            raise result.err()
-        found.append(result.ok())
+    for listener, schema in SCHEMAS.items():
+        for result in schema.get_all_operations():
+            if isinstance(result, Err):
+                raise result.err()
+            found.append((listener, result.ok()))
     return found
 
 
@@ -79,13 +87,11 @@ CHECKS = [
 
 
 @pytest.fixture
-async def client(pool: asyncpg.Pool, database_url: str) -> AsyncIterator[httpx.AsyncClient]:
+async def apps(pool: asyncpg.Pool) -> AsyncIterator[Clients]:
+    """Both listeners; the internal client sends a key with every scope."""
     keys = TokenKeys((TEST_SECRET,))
-    app = create_app(database_url, policy_for_tests(keys, resend_limit=RESEND_LIMIT), pool=pool)
-    app.state.pool = pool
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
-        yield client
+    async with serve(pool, policy_for_tests(keys, resend_limit=RESEND_LIMIT)) as clients:
+        yield clients
 
 
 # Stand-ins the generated requests may carry, replaced by the ids and tokens of verifications
@@ -161,8 +167,11 @@ def with_known(case: Case[Operation], known: dict[str, str]) -> None:
                     values[name] = known[value]
 
 
-async def send(client: httpx.AsyncClient, case: Case[Operation]) -> httpx.Response:
-    """Send `case` as schemathesis would put it on the wire (requests prepares it)."""
+async def send(
+    client: httpx.AsyncClient, case: Case[Operation], authorization: str | None
+) -> httpx.Response:
+    """Send `case` as schemathesis would put it on the wire (requests prepares it), with
+    `authorization` in place of whatever credentials it generated (None: as generated)."""
     prepared = requests.Request(**case.as_transport_kwargs(base_url=BASE_URL)).prepare()
     assert prepared.method is not None and prepared.url is not None
     assert prepared.body is None or isinstance(prepared.body, bytes | str)
@@ -170,27 +179,38 @@ async def send(client: httpx.AsyncClient, case: Case[Operation]) -> httpx.Respon
         name: value if isinstance(value, str) else value.decode("latin-1")
         for name, value in prepared.headers.items()
     }
+    if authorization is not None:
+        headers["Authorization"] = authorization
     return await client.request(
         prepared.method, prepared.url, headers=headers, content=prepared.body
     )
 
 
 @pytest.mark.parametrize(
-    ("operation", "mode"),
+    ("listener", "operation", "mode"),
     [
-        pytest.param(operation, mode, id=f"{operation.label} {mode}")
-        for operation in operations()
+        pytest.param(listener, operation, mode, id=f"{listener} {operation.label} {mode}")
+        for listener, operation in operations()
         for mode in GenerationMode
         # An operation that takes no input has no invalid request to send.
         if mode is GenerationMode.POSITIVE or takes_input(operation)
     ],
 )
 async def test_every_response_is_documented_and_none_is_a_server_error(
-    client: httpx.AsyncClient,
+    apps: Clients,
     known: dict[str, str],
+    listener: str,
     operation: Operation,
     mode: GenerationMode,
 ) -> None:
+    client = apps.internal if listener == "internal" else apps.public
+    # A valid request carries a valid key; an invalid one carries what was generated (often
+    # none), which the API must refuse.
+    authorization = None
+    if listener == "internal" and mode is GenerationMode.POSITIVE:
+        authorization = f"Bearer {apps.key}"
+    client.headers.pop("Authorization", None)
+
     # Hypothesis runs in a worker thread and sends each request back into this event loop,
     # where the app and its pool live. (Drawing inside a coroutine instead breaks anyio's
     # test runner: hypothesis stops a draw with a BaseException.)
@@ -198,7 +218,7 @@ async def test_every_response_is_documented_and_none_is_a_server_error(
     @given(case=strategy(operation, mode))
     def examples(case: Case[Operation]) -> None:
         with_known(case, known)
-        response = anyio.from_thread.run(send, client, case)
+        response = anyio.from_thread.run(send, client, case, authorization)
         try:
             case.validate_response(response, checks=CHECKS)
         except FailureGroup as failures:
@@ -208,11 +228,15 @@ async def test_every_response_is_documented_and_none_is_a_server_error(
     await anyio.to_thread.run_sync(examples)
 
 
-@pytest.mark.parametrize("path", ["/v1/verifications", "/v1/verifications/confirm"])
+@pytest.mark.parametrize(
+    ("listener", "path"),
+    [("internal", "/v1/verifications"), ("public", "/v1/verifications/confirm")],
+)
 async def test_a_body_that_is_not_utf8_is_refused_like_malformed_json(
-    client: httpx.AsyncClient, path: str
+    apps: Clients, listener: str, path: str
 ) -> None:
     # Found by the fuzzer: FastAPI answered such a body with an undocumented 400.
+    client = apps.internal if listener == "internal" else apps.public
     response = await client.post(
         path,
         content=b"\xff",

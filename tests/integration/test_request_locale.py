@@ -11,13 +11,12 @@ from email.message import EmailMessage
 
 import anyio
 import asyncpg
-import httpx
 import pytest
 
 import notifier
-from notifier.api import create_app
 from notifier.tokens import TokenKeys
 from notifier.verifications import IdempotencyConflict, InvalidRequest
+from tests.support.apps import Clients, serve
 from tests.support.deliveries import enqueue, expire_verification, policy_for_tests
 from tests.support.smtp_server import SmtpServer
 from tests.support.workers import running_worker
@@ -28,14 +27,9 @@ WAIT = 15  # seconds any single expectation may take before the test fails
 
 
 @pytest.fixture
-async def client(
-    pool: asyncpg.Pool, database_url: str, keys: TokenKeys
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(database_url, policy_for_tests(keys), pool=pool)
-    app.state.pool = pool
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
-        yield client
+async def apps(pool: asyncpg.Pool, keys: TokenKeys) -> AsyncIterator[Clients]:
+    async with serve(pool, policy_for_tests(keys)) as clients:
+        yield clients
 
 
 async def stored_locales(db: asyncpg.Connection) -> list[str | None]:
@@ -109,20 +103,21 @@ async def test_claim_v1_still_serves_workers_of_the_previous_release(
 
 
 async def test_the_api_takes_a_locale_and_refuses_a_malformed_one(
-    client: httpx.AsyncClient, db: asyncpg.Connection
+    apps: Clients, db: asyncpg.Connection
 ) -> None:
+    api = apps.internal
     body = {"user_id": "u1", "email": "a@example.com", "locale": "de"}
-    accepted = await client.post("/v1/verifications", json=body, headers={"Idempotency-Key": "1"})
+    accepted = await api.post("/v1/verifications", json=body, headers={"Idempotency-Key": "1"})
     assert accepted.status_code == 202, accepted.text
     body["locale"] = "de<script>"
-    refused = await client.post("/v1/verifications", json=body, headers={"Idempotency-Key": "2"})
+    refused = await api.post("/v1/verifications", json=body, headers={"Idempotency-Key": "2"})
     assert refused.status_code == 422
     assert refused.json()["error"]["fields"] == ["locale"]
     assert await stored_locales(db) == ["de"]
 
 
 async def test_a_fresh_link_asked_for_from_an_expired_one_keeps_its_language(
-    client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     enqueued = await enqueue(db, keys, "leser@example.com", locale="de")
     row = await db.fetchrow(
@@ -131,7 +126,7 @@ async def test_a_fresh_link_asked_for_from_an_expired_one_keeps_its_language(
     )
     token = keys.derive(row["token_key_id"], row["id"], bytes(row["token_nonce"]))
     await expire_verification(db, enqueued.outbox_id)
-    resent = await client.post("/verify/resend", data={"token": token})
+    resent = await apps.public.post("/verify/resend", data={"token": token})
     assert resent.status_code == 202, resent.text
     assert await stored_locales(db) == ["de", "de"]
     newest = await db.fetchval(

@@ -10,11 +10,13 @@ import asyncpg
 import httpx
 import pytest
 
-from notifier.api import create_app
+from notifier.api import create_internal_app
 from notifier.database import create_pool
 from notifier.leases import Held, Leases
 from notifier.tokens import TokenKeys
+from notifier.web import Services
 from tests.conftest import TEST_SECRET
+from tests.support.apps import bearer, make_key
 from tests.support.cli import run_cli
 from tests.support.deliveries import attempts_of, enqueue, policy_for_tests
 
@@ -36,11 +38,13 @@ async def test_request_on_a_pooled_connection_the_server_just_closed_is_503_not_
     progress"), which the API does not map. Found by the soak's PostgreSQL restart."""
     pool = await create_pool(database_url, max_size=1)  # one connection: we know which to kill
     try:
-        app = create_app(database_url, policy_for_tests(keys), pool=pool)
-        app.state.pool = pool
+        app = create_internal_app(Services.over(pool, policy_for_tests(keys)))
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         statuses: Counter[int] = Counter()
-        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        key = await make_key(db)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api.test", headers=bearer(key)
+        ) as client:
             for i in range(ROUNDS):
                 async with pool.acquire() as conn:
                     pid = await conn.fetchval("SELECT pg_backend_pid()")

@@ -12,10 +12,10 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from notifier.api import create_app
 from notifier.signals import Signals
 from notifier.telemetry import QueueHealth, WorkerMetrics
 from notifier.tokens import TokenKeys
+from tests.support.apps import Clients, serve
 from tests.support.deliveries import policy_for_tests
 from tests.support.fixtures import Otel
 from tests.support.smtp_server import Fault, SmtpServer
@@ -28,15 +28,14 @@ EMAIL = "trace.me@example.com"
 
 
 @pytest.fixture
-async def client(
-    otel: Otel, pool: asyncpg.Pool, database_url: str, keys: TokenKeys
-) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(database_url, policy_for_tests(keys), pool=pool)
-    app.state.pool = pool
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api.test"
-    ) as client:
-        yield client
+async def apps(otel: Otel, pool: asyncpg.Pool, keys: TokenKeys) -> AsyncIterator[Clients]:
+    async with serve(pool, policy_for_tests(keys)) as clients:
+        yield clients
+
+
+@pytest.fixture
+def client(apps: Clients) -> httpx.AsyncClient:
+    return apps.internal
 
 
 def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
@@ -151,10 +150,10 @@ async def test_no_span_carries_a_token_or_an_address(
 
 
 async def test_a_link_opened_in_a_browser_leaves_no_token_on_its_span(
-    otel: Otel, client: httpx.AsyncClient
+    otel: Otel, apps: Clients
 ) -> None:
     token = "0123abcd." + "T" * 43
-    await client.get("/verify", params={"token": token})
+    await apps.public.get("/verify", params={"token": token})
     [span] = by_name(list(otel.spans.get_finished_spans()), "GET /verify")
     values = " ".join(str(v) for v in (span.attributes or {}).values())
     assert "T" * 43 not in values
@@ -187,3 +186,40 @@ async def test_metrics_page_shows_queue_health_and_worker_counts(
         r"notifier_delivery_attempts_bucket\{",
     ):
         assert re.search(pattern, text), pattern
+
+
+CALLER_TRACE = "ab" * 16
+CALLER_PARENT = {"traceparent": f"00-{CALLER_TRACE}-{'cd' * 8}-01"}
+
+
+def server_span(otel: Otel, name: str) -> ReadableSpan:
+    return one(list(otel.spans.get_finished_spans()), name)
+
+
+async def test_an_authenticated_callers_trace_is_continued(
+    otel: Otel, client: httpx.AsyncClient
+) -> None:
+    await client.get("/healthz", headers=CALLER_PARENT)
+    span = server_span(otel, "GET /healthz")
+    assert format(span.context.trace_id, "032x") == CALLER_TRACE
+
+
+async def test_an_unauthenticated_callers_trace_is_not_continued(
+    otel: Otel, client: httpx.AsyncClient
+) -> None:
+    response = await client.get(
+        "/healthz", headers={**CALLER_PARENT, "Authorization": "Bearer nfk_forged"}
+    )
+    assert response.status_code == 200
+    span = server_span(otel, "GET /healthz")
+    assert format(span.context.trace_id, "032x") != CALLER_TRACE
+    assert span.parent is None
+
+
+async def test_the_public_listener_starts_a_new_trace_linked_to_the_callers(
+    otel: Otel, apps: Clients
+) -> None:
+    await apps.public.get("/verify", params={"token": "x"}, headers=CALLER_PARENT)
+    span = server_span(otel, "GET /verify")
+    assert span.parent is None and format(span.context.trace_id, "032x") != CALLER_TRACE
+    assert [format(link.context.trace_id, "032x") for link in span.links] == [CALLER_TRACE]

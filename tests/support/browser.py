@@ -14,6 +14,7 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
+from tests.support.apps import bearer
 from tests.support.cli import running_cli
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -90,31 +92,54 @@ def dev_env(
     return {
         "NOTIFIER_DATABASE_URL": database_url,
         "NOTIFIER_API_PORT": str(free_tcp_port_factory()),
+        "NOTIFIER_PUBLIC_PORT": str(free_tcp_port_factory()),
         "NOTIFIER_DATA_DIR": str(dev_data),
     }
 
 
+@dataclass(frozen=True)
+class Dev:
+    """A ready `notifier dev`: its internal address (API, inbox, landing page) and its key."""
+
+    url: str
+    key: str
+
+    def client(self) -> httpx.AsyncClient:
+        """The internal API, with the dev key that `notifier dev` printed."""
+        return httpx.AsyncClient(base_url=self.url, headers=bearer(self.key))
+
+
+def parse_ready_line(line: str) -> Dev:
+    announced = re.search(r"API (\S+) \(key (nfk_\S+)\)", line)
+    assert announced, line
+    return Dev(announced.group(1), announced.group(2))
+
+
 @contextlib.asynccontextmanager
-async def dev_server(env: Mapping[str, str]) -> AsyncIterator[str]:
-    """`notifier dev` as a subprocess; yields its address once it says it is ready."""
+async def dev_server(env: Mapping[str, str]) -> AsyncIterator[Dev]:
+    """`notifier dev` as a subprocess, once it says it is ready."""
     async with running_cli("dev", env=env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT_SECONDS):
             line = await cli.wait_for_line(READY, stream="stdout")
-        announced = re.search(r"API (\S+)", line)
-        assert announced, line
-        yield announced.group(1)
+        yield parse_ready_line(line)
 
 
 @pytest.fixture
-async def dev_url(dev_env: dict[str, str]) -> AsyncIterator[str]:
-    """The address of `notifier dev` on this test's database, once it says it is ready."""
-    async with dev_server(dev_env) as url:
-        yield url
+async def dev(dev_env: dict[str, str]) -> AsyncIterator[Dev]:
+    """`notifier dev` on this test's database, once it says it is ready."""
+    async with dev_server(dev_env) as ready:
+        yield ready
 
 
 @pytest.fixture
-async def api(dev_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=dev_url) as client:
+def dev_url(dev: Dev) -> str:
+    """The internal listener's address: the API, the inbox and the landing page."""
+    return dev.url
+
+
+@pytest.fixture
+async def api(dev: Dev) -> AsyncIterator[httpx.AsyncClient]:
+    async with dev.client() as client:
         yield client
 
 

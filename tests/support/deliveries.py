@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from notifier.config import RequestSettings
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy, request_verification
 
 MESSAGE_DOMAIN = "notifier.test"
 
 
+# Limits out of the way unless a test asks for them.
+_UNLIMITED = {"resend_limit": 1_000_000, "domain_limit": 0, "client_limit": 0, "global_limit": 0}
+
+
 def policy_for_tests(keys: TokenKeys, **overrides: Any) -> Policy:
-    """A request policy for tests: throttling out of the way unless a test asks for it."""
+    """A request policy for tests. Overrides name Policy fields or RequestSettings fields
+    (the limits), which are set on the policy's `limits`."""
+    limit_fields = {f.name for f in dataclasses.fields(RequestSettings)}
+    limits = {k: v for k, v in overrides.items() if k in limit_fields}
+    own = {k: v for k, v in overrides.items() if k not in limit_fields}
     defaults: dict[str, Any] = {
         "ttl_seconds": 3600.0,
         "max_attempts": 5,
         "message_id_domain": MESSAGE_DOMAIN,
-        "resend_limit": 1_000_000,
     }
-    return Policy(keys=keys, **{**defaults, **overrides})
+    return Policy(
+        keys=keys,
+        limits=RequestSettings(**{**_UNLIMITED, **limits}),
+        **{**defaults, **own},
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from aiosmtpd.controller import Controller
@@ -81,7 +81,16 @@ class HoldAtRcpt:
             raise TimeoutError("no delivery attempt reached RCPT TO")
 
 
-Planned = Fault | SlowData | HoldAtRcpt
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer one attempt with `line` at MAIL FROM, RCPT TO, or after the body (DATA; the
+    message is then not kept): e.g. Reply("rcpt", "550 5.7.1 rejected by policy")."""
+
+    at: Literal["mail", "rcpt", "data"]
+    line: str
+
+
+Planned = Fault | SlowData | HoldAtRcpt | Reply
 
 _MAIL_FAULTS = frozenset({Fault.ACCEPT, Fault.DROP_AT_MAIL})
 
@@ -115,6 +124,7 @@ class SmtpServer:
         slow_data_seconds: float = DEFAULT_SLOW_DATA_SECONDS,
         tls: TlsMode = "none",
         certificate: Any = None,
+        smtputf8: bool = True,
     ) -> None:
         self.host = HOST
         self.port = _free_port() if port is None else port
@@ -141,6 +151,8 @@ class SmtpServer:
         # A trustme.LeafCert for "starttls" (required upgrade) or "tls" (implicit TLS).
         self.tls = tls
         self.certificate = certificate
+        # Whether EHLO offers SMTPUTF8 (a relay that does not is common).
+        self.smtputf8 = smtputf8
 
     # Lifecycle
 
@@ -155,7 +167,14 @@ class SmtpServer:
                 tls["ssl_context"] = context
             else:
                 tls.update(tls_context=context, require_starttls=True)
-        controller = _Controller(self, _Handler(self), hostname=HOST, port=self.port, **tls)
+        controller = _Controller(
+            self,
+            _Handler(self),
+            hostname=HOST,
+            port=self.port,
+            enable_SMTPUTF8=self.smtputf8,
+            **tls,
+        )
         try:
             controller.start()
         except BaseException:
@@ -199,16 +218,18 @@ class SmtpServer:
     def plan(self, recipient: str, *faults: Planned) -> None:
         """Each later delivery attempt to `recipient` (counted at RCPT TO) takes the next
         of `faults`; once they are used up, the recipient is accepted again."""
-        if Fault.DROP_AT_MAIL in faults:
-            raise ValueError("DROP_AT_MAIL happens before any recipient is named: use plan_mail")
+        if Fault.DROP_AT_MAIL in faults or any(
+            isinstance(f, Reply) and f.at == "mail" for f in faults
+        ):
+            raise ValueError("MAIL FROM happens before any recipient is named: use plan_mail")
         with self._lock:
             self._recipient_faults[recipient].extend(faults)
 
     def plan_mail(self, *faults: Planned) -> None:
-        """Each later MAIL FROM, on any connection, takes the next of `faults` (ACCEPT or
-        DROP_AT_MAIL)."""
-        if not set(faults) <= _MAIL_FAULTS:
-            raise ValueError("only ACCEPT and DROP_AT_MAIL happen at MAIL FROM")
+        """Each later MAIL FROM, on any connection, takes the next of `faults` (ACCEPT,
+        DROP_AT_MAIL, or a Reply at "mail")."""
+        if not all(f in _MAIL_FAULTS or (isinstance(f, Reply) and f.at == "mail") for f in faults):
+            raise ValueError("only ACCEPT, DROP_AT_MAIL and Reply('mail', ...) happen at MAIL FROM")
         with self._lock:
             self._mail_faults.extend(faults)
 
@@ -355,8 +376,11 @@ class _Handler:
     async def handle_MAIL(
         self, smtp: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
-        if self._server._mail_fault() is Fault.DROP_AT_MAIL:
+        fault = self._server._mail_fault()
+        if fault is Fault.DROP_AT_MAIL:
             await _hang_up(smtp)
+        if isinstance(fault, Reply):
+            return fault.line
         envelope.mail_from = address
         envelope.mail_options.extend(options)
         return "250 2.1.0 Ok"
@@ -375,6 +399,8 @@ class _Handler:
             return REPLY_RCPT_4XX
         if fault is Fault.RCPT_5XX:
             return f"550 5.1.1 <{address}>: user unknown"
+        if isinstance(fault, Reply) and fault.at == "rcpt":
+            return fault.line
         if fault is not Fault.ACCEPT:
             self._server._data_faults.setdefault(envelope, fault)
         envelope.rcpt_tos.append(address)
@@ -388,6 +414,8 @@ class _Handler:
             reply, kept = REPLY_DATA_4XX, False
         elif fault is Fault.DATA_5XX:
             reply, kept = REPLY_DATA_5XX, False
+        elif isinstance(fault, Reply):
+            reply, kept = fault.line, False
         elif fault is Fault.DROP_AFTER_DATA:
             reply, kept = "", True
         else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from notifier.config import (
@@ -74,7 +76,7 @@ def test_short_token_secret_is_refused_without_echoing_it() -> None:
 
 
 def test_several_secrets_are_kept_newest_first() -> None:
-    new, old = "n" * 32, "o" * 32
+    new, old = "Vq2u8S1bX0kRz7YpMd4LwNf6HcJ3aT9eGi5Qo", "Lr9Kc2Wx7Pb4Nq1Zs8Hd6Ty3Fg5Mj0Ve2Ua"
     assert TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": f"{new}, {old}"}).secrets == (new, old)
 
 
@@ -104,3 +106,31 @@ def test_sender_name_defaults_to_the_product_name() -> None:
         {"NOTIFIER_PRODUCT_NAME": "Acme", "NOTIFIER_MAIL_FROM_NAME": "Acme Accounts"}
     )
     assert named.sender_name == "Acme Accounts"
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        # The values this repository's compose file and Kubernetes Secret used to ship.
+        "compose-demo-secret-change-me-0123456789abcdef",
+        "CHANGE-ME-to-a-random-string-of-at-least-32-characters",
+        "a" * 32,
+        "test-secret-" + "x" * 32,
+        "password" * 4,
+    ],
+)
+def test_example_and_low_entropy_secrets_are_refused_with_how_to_make_one(example: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": example})
+    assert "secrets.token_urlsafe(32)" in str(caught.value)
+    assert example not in str(caught.value)
+
+
+def test_a_generated_secret_is_accepted() -> None:
+    secret = secrets.token_urlsafe(32)
+    assert TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": secret}).secrets == (secret,)
+
+
+def test_dev_mode_accepts_any_secret_of_the_right_length() -> None:
+    settings = TokenSettings.from_env({"NOTIFIER_TOKEN_SECRET": "a" * 32}, strict=False)
+    assert settings.secrets == ("a" * 32,)

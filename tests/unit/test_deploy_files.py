@@ -57,7 +57,8 @@ def of_kind(kind: str, component: str | None = None) -> list[dict[str, Any]]:
 def test_compose_runs_the_whole_stack() -> None:
     services = compose()["services"]
     assert set(services) == {"postgres", "migrate", "api", "worker", "jaeger", "mailpit"}
-    assert services["migrate"]["command"] == ["migrate"]
+    [migrate] = services["migrate"]["command"]
+    assert migrate.startswith("notifier migrate &&") and "--key-from-env CLIENT_API_KEY" in migrate
     assert services["worker"]["deploy"]["replicas"] == 2
     assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert {"16686:16686", "4317:4317", "4318:4318"} <= set(services["jaeger"]["ports"])
@@ -69,7 +70,8 @@ def test_compose_services_set_only_settings_notifier_reads(service: str) -> None
     env = compose()["services"][service]["environment"]
     unknown = {k for k in env if k.startswith("NOTIFIER_")} - settings_notifier_reads()
     assert not unknown
-    assert all(k.startswith(("NOTIFIER_", "OTEL_")) for k in env)
+    # CLIENT_API_KEY is read by the migrate command line (`--key-from-env`), not as a setting.
+    assert all(k.startswith(("NOTIFIER_", "OTEL_")) or k == "CLIENT_API_KEY" for k in env)
     assert env["NOTIFIER_SMTP_HOST"] == "mailpit"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http://jaeger:4318")
 
@@ -78,9 +80,34 @@ def test_kubernetes_settings_are_ones_notifier_reads() -> None:
     keys: set[str] = set()
     for m in of_kind("ConfigMap") + of_kind("Secret"):
         keys |= set(m.get("data", {})) | set(m.get("stringData", {}))
-    unknown = {k for k in keys if not k.startswith("OTEL_")} - settings_notifier_reads()
+    # Read by the migration Job's command line, not as settings.
+    job_only = {"MIGRATE_DATABASE_URL", "CLIENT_API_KEY"}
+    unknown = {k for k in keys if not k.startswith("OTEL_")} - settings_notifier_reads() - job_only
     assert not unknown
     assert {"NOTIFIER_DATABASE_URL", "NOTIFIER_TOKEN_SECRET"} <= keys
+    [job] = of_kind("Job")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    command = " ".join(container["args"])
+    assert all(name in command for name in job_only)
+
+
+def test_compose_publishes_the_internal_api_on_loopback_only() -> None:
+    ports = compose()["services"]["api"]["ports"]
+    assert ports == ["127.0.0.1:8000:8000", "8001:8001"]
+
+
+def test_kubernetes_exposes_the_public_pages_through_a_service_of_their_own() -> None:
+    services = {s["metadata"]["name"]: s for s in of_kind("Service")}
+    assert services["notifier-public"]["spec"]["ports"][0]["targetPort"] == "public"
+    assert services["notifier-api"]["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_migration_job_grants_the_runtime_role_and_registers_the_client_key() -> None:
+    [job] = of_kind("Job")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    command = " ".join(container["args"])
+    assert "notifier grants notifier_runtime" in command
+    assert "notifier keys create app" in command
 
 
 def test_api_deployment_probes_readiness_and_liveness() -> None:
@@ -89,8 +116,8 @@ def test_api_deployment_probes_readiness_and_liveness() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"]
-    [service] = of_kind("Service", "api")
-    assert service["spec"]["selector"] == api["spec"]["selector"]["matchLabels"]
+    for service in of_kind("Service", "api"):
+        assert service["spec"]["selector"] == api["spec"]["selector"]["matchLabels"]
 
 
 def test_worker_grace_period_outlasts_its_shutdown_grace_and_data_timeout() -> None:
@@ -115,7 +142,8 @@ def test_workers_have_a_disruption_budget() -> None:
 def test_migrations_run_as_a_job() -> None:
     [job] = of_kind("Job", "migrate")
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["migrate"]
+    [command] = container["args"]
+    assert command.startswith('NOTIFIER_DATABASE_URL="$MIGRATE_DATABASE_URL" notifier migrate &&')
 
 
 def test_every_pod_runs_as_non_root() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from notifier import inbox_pages
 from notifier.inbox import Captured, Opened
 from notifier.inbox_pages import View
 
+KEY_FILE = Path(".notifier/dev-api-key")
 HOSTILE = '<script>alert("x")</script>'
 CAPTURED = Captured(
     number=7,
@@ -33,7 +35,7 @@ OPENED = Opened(
 
 def every_page() -> dict[str, str]:
     pages = {
-        "landing": inbox_pages.landing_page("http://127.0.0.1:8000/", 3),
+        "landing": inbox_pages.landing_page("http://127.0.0.1:8000/", 3, KEY_FILE),
         "inbox": inbox_pages.inbox_page([CAPTURED], 1, "", 4),
         "empty inbox": inbox_pages.inbox_page([], 0, "", 0),
         "not found": inbox_pages.not_found_page("12", 500),
@@ -96,7 +98,9 @@ def test_the_view_switch_marks_the_current_view(view: View) -> None:
 
 
 def test_landing_page_links_the_inbox_the_docs_and_the_walk() -> None:
-    page = inbox_pages.landing_page("http://127.0.0.1:8000/", 3)
+    page = inbox_pages.landing_page("http://127.0.0.1:8000/", 3, KEY_FILE)
     for target in ('href="/dev/inbox"', 'href="/docs"', 'href="#walk"', "id=walk"):
         assert target in page
     assert "curl -s -X POST http://127.0.0.1:8000/v1/verifications" in page
+    # The key is named by its file, never printed in a page anyone local can read.
+    assert "Bearer $(cat .notifier/dev-api-key)" in page and "nfk_" not in page

@@ -1,0 +1,220 @@
+"""API keys: how a client of the internal API proves who it is and what it may do.
+
+A key reads `nfk_<id>_<secret>`: a recognisable prefix (so secret scanners and people can
+tell it apart), a 12-hex-digit public id (shown in listings, logs and as the client of the
+requests it makes) and 256 random bits of secret. The database keeps the SHA-256 of the
+whole key, never the key: a dump lets nobody call the API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+
+from notifier.errors import NotifierError
+from notifier.queries import sql
+
+Scope = Literal["request", "read", "admin", "metrics"]
+SCOPES: tuple[Scope, ...] = get_args(Scope)
+SCOPE_MEANINGS: dict[Scope, str] = {
+    "request": "request verification emails (POST /v1/verifications)",
+    "read": "read delivery status and attempt timelines, and the API docs",
+    "admin": "list and clear suppressions",
+    "metrics": "scrape /metrics",
+}
+
+PREFIX = "nfk_"
+ID_HEX_CHARS = 12
+SECRET_BYTES = 32
+_KEY = re.compile(rf"{PREFIX}(?P<id>[0-9a-f]{{{ID_HEX_CHARS}}})_(?P<secret>[A-Za-z0-9_-]{{43}})")
+NAME_MAX_CHARS = 100
+
+# How long a key's record is trusted without asking the database again: revoking a key
+# takes effect within this many seconds, and a busy client costs one lookup per interval.
+CACHE_SECONDS = 1.0
+
+
+class ApiKeyError(NotifierError):
+    """A key cannot be created, found or revoked as asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A key just made: `key` is shown once and never stored."""
+
+    id: str
+    key: str
+    secret_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A client the API has authenticated: which key, and what it may do."""
+
+    key_id: str
+    name: str
+    scopes: frozenset[str]
+
+    def may(self, scope: Scope) -> bool:
+        return scope in self.scopes
+
+
+def generate() -> NewKey:
+    """A fresh random key."""
+    key_id = secrets.token_hex(ID_HEX_CHARS // 2)
+    key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
+    return NewKey(key_id, key, hash_key(key))
+
+
+def parse(key: str) -> NewKey:
+    """A key as presented; ApiKeyError if it is not shaped like one of ours."""
+    match = _KEY.fullmatch(key.strip())
+    if match is None:
+        raise ApiKeyError(
+            f"not a notifier API key (expected {PREFIX}<12 hex digits>_<43 characters>)"
+        )
+    return NewKey(match["id"], match.group(0), hash_key(match.group(0)))
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode("ascii", errors="replace")).digest()
+
+
+def check_scopes(requested: Sequence[str]) -> tuple[Scope, ...]:
+    """The scopes asked for, validated and deduplicated in a stable order."""
+    unknown = sorted(set(requested) - set(SCOPES))
+    if unknown or not requested:
+        raise ApiKeyError(
+            f"scopes must be one or more of {', '.join(SCOPES)}"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    return tuple(s for s in SCOPES if s in requested)
+
+
+def check_name(name: str) -> str:
+    if not 1 <= len(name) <= NAME_MAX_CHARS or not name.isprintable():
+        raise ApiKeyError(f"a key's name must be 1 to {NAME_MAX_CHARS} printable characters")
+    return name
+
+
+# -- the store: what the CLI does -------------------------------------------------------------
+
+
+async def create(conn: Any, name: str, scopes: Sequence[str], key: str | None = None) -> NewKey:
+    """Register a new key (or `key`, made elsewhere with `generate`) under `name`.
+
+    Registering the same `key` again with the same name is a no-op, so a deployment can
+    provision its key on every start; a different key with a taken id is refused.
+    """
+    name, wanted = check_name(name), check_scopes(scopes)
+    new = parse(key) if key is not None else generate()
+    row = await conn.fetchrow(sql("api_key_insert"), new.id, name, list(wanted), new.secret_hash)
+    if row is not None:
+        return new
+    existing = await conn.fetchrow(sql("api_key_by_id"), new.id)
+    same = (
+        existing is not None
+        and hmac.compare_digest(bytes(existing["secret_hash"]), new.secret_hash)
+        and existing["name"] == name
+        and not existing["revoked"]
+    )
+    if not same:
+        raise ApiKeyError(f"key id {new.id} is already registered to another key or name")
+    if tuple(existing["scopes"]) != wanted:
+        raise ApiKeyError(
+            f"key {new.id} is registered with scopes {', '.join(existing['scopes'])}; "
+            "revoke it and register a new key to change them"
+        )
+    return new
+
+
+async def listing(conn: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(sql("api_keys"))]
+
+
+async def revoke(conn: Any, key_id: str) -> datetime:
+    row = await conn.fetchrow(sql("api_key_revoke"), key_id.strip())
+    if row is None:
+        raise ApiKeyError(f"no key has the id {key_id!r}")
+    return row["revoked_at"]  # type: ignore[no-any-return]
+
+
+# -- the ring: what the API does on every request ---------------------------------------------
+
+
+@dataclass(slots=True)
+class _Cached:
+    principal: Principal | None  # None: unknown or revoked
+    secret_hash: bytes | None
+    fetched_at: float
+
+
+class KeyRing:
+    """Authenticates presented keys against the database, caching each for CACHE_SECONDS.
+
+    Also remembers when each key was last used; `flush_usage` writes that in one batch.
+    """
+
+    def __init__(self, pool: Any, cache_seconds: float = CACHE_SECONDS) -> None:
+        self.pool = pool
+        self.cache_seconds = cache_seconds
+        self._cache: dict[str, _Cached] = {}
+        self._used: dict[str, datetime] = {}
+
+    async def authenticate(self, presented: str) -> Principal | None:
+        """The principal `presented` proves, or None (malformed, unknown, revoked, wrong)."""
+        try:
+            key = parse(presented)
+        except ApiKeyError:
+            return None
+        cached = self._cache.get(key.id)
+        now = time.monotonic()
+        if cached is None or now - cached.fetched_at >= self.cache_seconds:
+            cached = await self._fetch(key.id, now)
+        if cached.principal is None or cached.secret_hash is None:
+            return None
+        # The id picks the row; the hash comparison, in constant time, proves the secret.
+        if not hmac.compare_digest(cached.secret_hash, key.secret_hash):
+            return None
+        self._used[key.id] = datetime.now(UTC)
+        return cached.principal
+
+    async def principal(self, key_id: str) -> Principal | None:
+        """The live principal of a key id (for sessions, which hold the id, not the key)."""
+        cached = self._cache.get(key_id)
+        now = time.monotonic()
+        if cached is None or now - cached.fetched_at >= self.cache_seconds:
+            cached = await self._fetch(key_id, now)
+        if cached.principal is not None:
+            self._used[key_id] = datetime.now(UTC)
+        return cached.principal
+
+    async def _fetch(self, key_id: str, now: float) -> _Cached:
+        row = await self.pool.fetchrow(sql("api_key_by_id"), key_id)
+        if row is None or row["revoked"]:
+            entry = _Cached(None, None, now)
+        else:
+            principal = Principal(row["id"], row["name"], frozenset(row["scopes"]))
+            entry = _Cached(principal, bytes(row["secret_hash"]), now)
+        if len(self._cache) > MAX_CACHED_KEYS:
+            # Unknown ids cost an entry each; an attacker spraying ids must not grow memory.
+            self._cache.clear()
+        self._cache[key_id] = entry
+        return entry
+
+    async def flush_usage(self) -> None:
+        """Write when each key was last used since the previous flush."""
+        if not self._used:
+            return
+        used, self._used = self._used, {}
+        await self.pool.execute(sql("api_keys_used"), list(used), list(used.values()))
+
+
+MAX_CACHED_KEYS = 10_000

@@ -1,0 +1,191 @@
+"""The public listener: only what an emailed link's token already authorizes.
+
+It listens on NOTIFIER_PUBLIC_HOST/PORT, the one port an operator exposes to the internet
+(behind a reverse proxy). It serves the page a link opens, its Confirm button, one fresh
+link for an expired one, the JSON confirm for apps, and the probes; every other path is 404.
+Whoever calls it is a stranger: an incoming trace context starts a new trace (linked, never
+continued), and nothing here reveals more than the token in hand does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Query
+from fastapi.responses import HTMLResponse
+
+from notifier import pages
+from notifier.access import ScopedRoute, access
+from notifier.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
+from notifier.responses import OrjsonResponse, html
+from notifier.telemetry import ServerSpans
+from notifier.verifications import RequestError, confirm, request_verification
+from notifier.version import __version__
+from notifier.web import (
+    BODY_TIMEOUT_SECONDS,
+    MAX_BODY_BYTES,
+    BodyGuard,
+    Conn,
+    Services,
+    Svc,
+    errors,
+    html_pages,
+    install_error_handlers,
+    json_errors,
+    probes,
+    require_json,
+)
+
+CONFIRM_MESSAGES = {
+    "verified": "The email address is verified.",
+    "already_verified": "The email address was already verified with this link.",
+    "expired": "The link has expired; request a new verification email.",
+    "invalid": "The link is not valid.",
+}
+CONFIRM_STATUS = {"verified": 200, "already_verified": 200, "expired": 410, "invalid": 400}
+_LINK_PAGES = html_pages(
+    {
+        400: "The link is not valid, or a newer link replaced it.",
+        410: "The link expired; the page offers a new one.",
+    }
+)
+# Posted by notifier's own pages; a link's query string is left unbounded so that an
+# over-long link still gets the "cannot be used" page rather than a JSON error.
+FormToken = Annotated[str, Form(max_length=TOKEN_MAX_CHARS)]
+
+
+def create_public_app(
+    services: Services,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    body_timeout: float = BODY_TIMEOUT_SECONDS,
+) -> FastAPI:
+    """The public ASGI app over shared `services` (whose pool the caller owns)."""
+    app = FastAPI(
+        title="notifier public pages",
+        version=__version__,
+        default_response_class=OrjsonResponse,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+    )
+    app.router.route_class = ScopedRoute
+    app.state.services = services
+    app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
+    app.add_middleware(ServerSpans, trust_incoming=None)
+    install_error_handlers(app)
+    app.include_router(_links())
+    app.include_router(probes())
+    return app
+
+
+def _links() -> APIRouter:
+    router = APIRouter(route_class=ScopedRoute)
+
+    @router.get(
+        "/verify",
+        response_class=HTMLResponse,
+        responses={**_LINK_PAGES, **json_errors(422, 503)},
+        summary="The page an emailed link opens",
+        **access("open"),
+    )
+    async def verify_page(
+        conn: Conn, svc: Svc, token: Annotated[str, Query()] = ""
+    ) -> HTMLResponse:
+        # Changes nothing: mail scanners prefetch links.
+        result = await confirm(conn, token, apply=False, keys=svc.policy.keys)
+        return _outcome_page(result.outcome, token, result.superseded)
+
+    @router.post(
+        "/verify",
+        response_class=HTMLResponse,
+        responses={**_LINK_PAGES, **json_errors(413, 422, 503)},
+        summary="The Confirm button",
+        **access("open"),
+    )
+    async def verify_submit(conn: Conn, svc: Svc, token: FormToken = "") -> HTMLResponse:
+        result = await confirm(conn, token, apply=True, keys=svc.policy.keys)
+        return _outcome_page(result.outcome, token, result.superseded)
+
+    @router.post(
+        "/verify/resend",
+        response_class=HTMLResponse,
+        responses={
+            **html_pages(
+                {
+                    202: "A new link is on its way.",
+                    410: "The link is too old to renew; start again from the app.",
+                    429: "No new link can be sent now (the same answer for every reason).",
+                }
+            ),
+            **_LINK_PAGES,
+            **json_errors(413, 422, 503),
+        },
+        summary="Ask for a fresh link",
+        **access("open"),
+    )
+    async def verify_resend(conn: Conn, svc: Svc, token: FormToken = "") -> HTMLResponse:
+        result = await confirm(conn, token, apply=False, keys=svc.policy.keys)
+        if result.outcome != "expired" and not result.superseded:
+            # A live link, or one that cannot be used: the page that link shows.
+            return _outcome_page(result.outcome, token, result.superseded)
+        if not result.renewable(svc.policy.resend_horizon):
+            return html(pages.too_old_page(), 410)
+        assert result.user_id is not None and result.email is not None
+        # One fresh link per expired link, however often the button is pressed.
+        key = "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
+        try:
+            await request_verification(
+                conn,
+                user_id=result.user_id,
+                email=result.email,
+                purpose=result.purpose,
+                idempotency_key=key,
+                policy=svc.policy,
+                client_id=result.client_id,
+                locale=result.locale,
+            )
+        except RequestError:
+            # The same answer whatever the reason (throttled, suppressed, ...): whoever
+            # holds a link learns nothing about the address beyond it.
+            return html(pages.resend_refused_page(), 429)
+        return html(pages.resent_page(), 202)
+
+    @router.post(
+        "/v1/verifications/confirm",
+        response_model=ConfirmOut,
+        responses={
+            410: {"model": ConfirmOut, "description": "The link expired."},
+            400: {"model": ConfirmOut, "description": "The link is not valid."},
+            **errors(413, 415, 422, 503),
+        },
+        dependencies=[Depends(require_json)],
+        summary="Confirm a verification token (for JSON clients)",
+        **access("open"),
+    )
+    async def confirm_json(body: ConfirmIn, conn: Conn, svc: Svc) -> Any:
+        result = await confirm(conn, body.token, apply=True, keys=svc.policy.keys)
+        outcome = result.outcome if result.outcome != "ready" else "invalid"
+        out = ConfirmOut(
+            outcome=outcome,
+            verification_id=result.verification_id if outcome != "invalid" else None,
+            message=CONFIRM_MESSAGES[outcome],
+        )
+        return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
+
+    return router
+
+
+def _outcome_page(outcome: str, token: str, superseded: bool) -> HTMLResponse:
+    if outcome == "ready":
+        # A live link: nothing happens until its Confirm button is pressed.
+        return html(pages.confirm_page(token))
+    if outcome == "verified":
+        return html(pages.verified_page())
+    if outcome == "already_verified":
+        return html(pages.already_verified_page())
+    if outcome == "expired":
+        return html(pages.expired_page(token), 410)
+    return html(pages.invalid_page(superseded), 400)
