@@ -123,21 +123,28 @@ class Sessions:
         self.keys = keys
 
     def issue(self, key_id: str, now: float | None = None) -> str:
-        expires = int((now or time.time()) + SESSION_SECONDS)
-        data = f"{key_id}.{expires}"
+        """A cookie naming `key_id`, issued `now` (epoch seconds, to the millisecond)."""
+        issued = round((now if now is not None else time.time()) * 1000)
+        data = f"{key_id}.{issued}"
         return f"{data}.{self.keys.sign(_SESSION_CONTEXT, data.encode())}"
 
-    def key_id(self, cookie: str, now: float | None = None) -> str | None:
-        """The key a cookie names, if it is ours and unexpired."""
+    def opened(self, cookie: str, now: float | None = None) -> tuple[str, float] | None:
+        """The key a cookie names and when it was issued, if it is ours and unexpired."""
         parts = cookie.split(".")
         if len(parts) != 4 or not parts[1].isdigit():
             return None
-        key_id, expires, kid, mac = parts
-        if int(expires) < (now or time.time()):
+        key_id, issued_ms, kid, mac = parts
+        issued = int(issued_ms) / 1000
+        if issued + SESSION_SECONDS < (now if now is not None else time.time()):
             return None
-        if not self.keys.verify(_SESSION_CONTEXT, f"{key_id}.{expires}".encode(), f"{kid}.{mac}"):
+        if not self.keys.verify(_SESSION_CONTEXT, f"{key_id}.{issued_ms}".encode(), f"{kid}.{mac}"):
             return None
-        return key_id
+        return key_id, issued
+
+    def key_id(self, cookie: str, now: float | None = None) -> str | None:
+        """The key a cookie names, if it is ours and unexpired."""
+        opened = self.opened(cookie, now)
+        return None if opened is None else opened[0]
 
 
 class Authentication:
@@ -168,7 +175,11 @@ class Authentication:
 
     async def _identify(self, scope: Scope) -> tuple[Principal | None, str | None]:
         services = scope["app"].state.services
-        authorization = _header(scope, b"authorization")
+        authorizations = _headers(scope, b"authorization")
+        if len(authorizations) > 1:
+            # A proxy in front may read the other one: one request names one client.
+            return None, None
+        authorization = authorizations[0] if authorizations else None
         if authorization is not None:
             # The scheme is case-insensitive (RFC 9110); the key itself is not.
             kind, _, credentials = authorization.partition(" ")
@@ -178,10 +189,21 @@ class Authentication:
         cookie = _cookie(scope, SESSION_COOKIE)
         if cookie is None:
             return None, None
-        key_id = services.sessions.key_id(cookie)
-        if key_id is None:
+        opened = services.sessions.opened(cookie)
+        if opened is None:
             return None, None
-        return await services.keyring.principal(key_id), "session"
+        return await services.keyring.session_principal(*opened), "session"
+
+
+def same_site(headers: Any) -> bool:
+    """Whether a form post comes from this site: a browser says so in Sec-Fetch-Site (any
+    browser from the last few years); without it (curl, a script), an Origin, if sent, must
+    not name another site. Host and Origin are never compared: behind a proxy they differ."""
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = headers.get("origin")
+    return origin is None or origin == "null"
 
 
 def trusted_caller(scope: Scope) -> bool:
@@ -189,11 +211,13 @@ def trusted_caller(scope: Scope) -> bool:
     return principal_of(scope) is not None
 
 
+def _headers(scope: Scope, name: bytes) -> list[str]:
+    return [value.decode("latin-1") for key, value in scope["headers"] if key == name]
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")  # type: ignore[no-any-return]
-    return None
+    found = _headers(scope, name)
+    return found[0] if found else None
 
 
 def _cookie(scope: Scope, name: str) -> str | None:

@@ -7,6 +7,7 @@ The pages an emailed link opens are served by the public listener (notifier.publ
 
 from __future__ import annotations
 
+import time
 import uuid
 from importlib import resources
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from notifier.access import (
     ScopedRoute,
     access,
     principal_of,
+    same_site,
     trusted_caller,
 )
 from notifier.api_models import (
@@ -317,8 +319,8 @@ def _sign_in() -> APIRouter:
     router = APIRouter(route_class=ScopedRoute)
 
     @router.get("/sign-in", include_in_schema=False, **access("open"))
-    async def sign_in_form(next: str = "/docs") -> HTMLResponse:
-        return html(pages.sign_in_page(_local_path(next)))
+    async def sign_in_form(next: str = "/docs") -> Response:
+        return _sign_in_page(_local_path(next))
 
     @router.post("/sign-in", include_in_schema=False, **access("open"))
     async def sign_in(
@@ -327,13 +329,11 @@ def _sign_in() -> APIRouter:
         key: Annotated[str, Form(max_length=200)] = "",
         next: Annotated[str, Form(max_length=2000)] = "/docs",
     ) -> Response:
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            return html(pages.sign_in_page(_local_path(next), "Sign in from this site."), 403)
+        if not same_site(request.headers):
+            return _sign_in_page(_local_path(next), "Sign in from this site.", 403)
         principal = await svc.keyring.authenticate(key)
         if principal is None:
-            page = pages.sign_in_page(_local_path(next), "That key is not valid.")
-            return html(page, 401)
+            return _sign_in_page(_local_path(next), "That key is not valid.", 401)
         response = RedirectResponse(_local_path(next), status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
@@ -346,12 +346,24 @@ def _sign_in() -> APIRouter:
         return response
 
     @router.post("/sign-out", include_in_schema=False, **access("open"))
-    async def sign_out() -> Response:
+    async def sign_out(request: Request, svc: Svc) -> Response:
+        opened = svc.sessions.opened(request.cookies.get(SESSION_COOKIE, ""))
+        if opened is not None:
+            # Every session of this key ends, not only this browser's copy of the cookie.
+            await svc.keyring.sign_out(opened[0], time.time())
         response = RedirectResponse("/sign-in", status_code=303)
         response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
         return response
 
     return router
+
+
+def _sign_in_page(next_path: str, problem: str | None = None, status: int = 200) -> Response:
+    # same-origin, not no-referrer: a browser posting from a no-referrer page sends
+    # "Origin: null", and the form must be able to say where it comes from.
+    page = html(pages.sign_in_page(next_path, problem), status)
+    page.headers["Referrer-Policy"] = "same-origin"
+    return page
 
 
 def _local_path(target: str) -> str:

@@ -75,7 +75,9 @@ def generate() -> NewKey:
 
 def parse(key: str) -> NewKey:
     """A key as presented; ApiKeyError if it is not shaped like one of ours."""
-    match = _KEY.fullmatch(key.strip())
+    # Only the whitespace a copy and paste adds; str.strip() would also eat control and
+    # separator characters, accepting keys nobody issued.
+    match = _KEY.fullmatch(key.strip(" \t\r\n"))
     if match is None:
         raise ApiKeyError(
             f"not a notifier API key (expected {PREFIX}<12 hex digits>_<43 characters>)"
@@ -154,6 +156,8 @@ class _Cached:
     principal: Principal | None  # None: unknown or revoked
     secret_hash: bytes | None
     fetched_at: float
+    # Epoch seconds before which this key's browser sessions were signed out (None: never).
+    sessions_valid_after: float | None = None
 
 
 class KeyRing:
@@ -186,15 +190,24 @@ class KeyRing:
         self._used[key.id] = datetime.now(UTC)
         return cached.principal
 
-    async def principal(self, key_id: str) -> Principal | None:
-        """The live principal of a key id (for sessions, which hold the id, not the key)."""
+    async def session_principal(self, key_id: str, issued_at: float) -> Principal | None:
+        """The live principal of a browser session: its key (sessions hold the id, not the
+        key), unless the key was revoked or signed out of since `issued_at`."""
         cached = self._cache.get(key_id)
         now = time.monotonic()
         if cached is None or now - cached.fetched_at >= self.cache_seconds:
             cached = await self._fetch(key_id, now)
-        if cached.principal is not None:
-            self._used[key_id] = datetime.now(UTC)
+        if cached.principal is None:
+            return None
+        if cached.sessions_valid_after is not None and issued_at <= cached.sessions_valid_after:
+            return None
+        self._used[key_id] = datetime.now(UTC)
         return cached.principal
+
+    async def sign_out(self, key_id: str, at: float) -> None:
+        """Void every session of `key_id` issued up to `at` (epoch seconds)."""
+        await self.pool.execute(sql("api_key_sign_out"), key_id, at)
+        self._cache.pop(key_id, None)
 
     async def _fetch(self, key_id: str, now: float) -> _Cached:
         row = await self.pool.fetchrow(sql("api_key_by_id"), key_id)
@@ -202,7 +215,7 @@ class KeyRing:
             entry = _Cached(None, None, now)
         else:
             principal = Principal(row["id"], row["name"], frozenset(row["scopes"]))
-            entry = _Cached(principal, bytes(row["secret_hash"]), now)
+            entry = _Cached(principal, bytes(row["secret_hash"]), now, row["sessions_valid_after"])
         if len(self._cache) > MAX_CACHED_KEYS:
             # Unknown ids cost an entry each; an attacker spraying ids must not grow memory.
             self._cache.clear()

@@ -13,7 +13,7 @@ import anyio
 
 from notifier import migrations
 from notifier.config import DatabaseSettings
-from notifier.database import connect, database_url, describe
+from notifier.database import PERMISSION_DENIED, connect, database_url, describe
 from notifier.errors import NotifierError, UsageError
 from notifier.logs import configure_logging
 
@@ -80,7 +80,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         # The embedded server's URL names its password file, not the password; a configured
         # URL may hold one, so only where it points is shown.
         shown = f"NOTIFIER_DATABASE_URL ({describe(url)})" if settings.url else url
-        anyio.run(functools.partial(run_dev, url, shown, api, sockets), backend="asyncio")
+        run = functools.partial(run_dev, url, shown, api, sockets, allow_remote=args.allow_remote)
+        anyio.run(run, backend="asyncio")
     return 0
 
 
@@ -357,6 +358,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = args.handler(args)
     except NotifierError as exc:
         print(f"notifier: error: {exc}", file=sys.stderr)
+        code = 2
+    except PERMISSION_DENIED as exc:
+        print(
+            f"notifier: error: the database refused: {exc}. This command needs the role that "
+            "owns the notifier schema (migrate, keys, grants), not the runtime role.",
+            file=sys.stderr,
+        )
         code = 2
     except KeyboardInterrupt:
         code = 130

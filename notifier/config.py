@@ -520,8 +520,11 @@ class ApiSettings:
     public_port: int = 8001
     # NOTIFIER_MAX_BODY_BYTES: larger request bodies are refused with 413.
     max_body_bytes: int = 16 * 1024
-    # NOTIFIER_HTTP_BODY_TIMEOUT: seconds a client gets to send each part of a request body
-    # before it is answered 408 (a trickled body would hold a database connection).
+    # NOTIFIER_HTTP_HEADER_TIMEOUT: seconds a connection gets to send a request's head, from
+    # when it opens or its previous response was sent; then it is closed.
+    header_timeout: float = 10.0
+    # NOTIFIER_HTTP_BODY_TIMEOUT: seconds a client gets to send a whole request body before
+    # it is answered 408 (a trickled body would hold a connection and a database connection).
     body_timeout: float = 10.0
     # NOTIFIER_HTTP_KEEPALIVE_TIMEOUT: seconds an idle kept-alive connection stays open.
     keepalive_timeout: int = 5
@@ -540,6 +543,9 @@ class ApiSettings:
             public_port=_read(env, "NOTIFIER_PUBLIC_PORT", _integer(1, 65535), d.public_port),
             max_body_bytes=_read(
                 env, "NOTIFIER_MAX_BODY_BYTES", _integer(256, 1024 * 1024), d.max_body_bytes
+            ),
+            header_timeout=_read(
+                env, "NOTIFIER_HTTP_HEADER_TIMEOUT", _seconds(0.1, 600), d.header_timeout
             ),
             body_timeout=_read(
                 env, "NOTIFIER_HTTP_BODY_TIMEOUT", _seconds(0.1, 600), d.body_timeout

@@ -57,6 +57,10 @@ UNREACHABLE_MIDWAY: tuple[type[Exception], ...] = (
 )
 
 
+# A role without the privilege a statement needs (say, the runtime role running `keys`).
+PERMISSION_DENIED: tuple[type[Exception], ...] = (asyncpg.InsufficientPrivilegeError,)
+
+
 async def connect(url: str, **kwargs: Any) -> asyncpg.Connection:
     """A single connection outside any pool (migrations, the LISTEN connection)."""
     try:

@@ -74,6 +74,12 @@ def dev_key(data_dir: Path) -> str:
     return _kept(data_dir, API_KEY_FILE, lambda: apikeys.generate().key)
 
 
+# The names a browser on this machine reaches dev by. Dev answers no other Host: a page on
+# another site that rebinds its own name to 127.0.0.1 (DNS rebinding) would otherwise read
+# the open inbox, and every live link in it.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -105,6 +111,8 @@ async def run_dev(
     shown_database: str,
     api: ApiSettings,
     sockets: tuple[socket.socket, socket.socket],
+    *,
+    allow_remote: bool = False,
 ) -> None:
     """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
     (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
@@ -156,7 +164,13 @@ async def run_dev(
     transport = SmtpTransport(smtp)
     try:
         services = Services.over(pool, policy)
-        listeners = http_listeners(services, api, sockets, internal_routes=inbox.routes)
+        listeners = http_listeners(
+            services,
+            api,
+            sockets,
+            internal_routes=inbox.routes,
+            hosts=None if allow_remote else LOOPBACK_NAMES,
+        )
         signals = Signals()
         signals.subscribe(WorkerMetrics())
         worker = build_worker(url, pool, worker_config, transport, signals)

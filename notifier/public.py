@@ -20,13 +20,14 @@ from notifier.access import ScopedRoute, access
 from notifier.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
 from notifier.responses import OrjsonResponse, html
 from notifier.telemetry import ServerSpans
-from notifier.verifications import RequestError, confirm, request_verification
+from notifier.tokens import looks_like_token
+from notifier.verifications import Confirmation, RequestError, confirm, request_verification
 from notifier.version import __version__
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
+    DATABASE_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,
     BodyGuard,
-    Conn,
     Services,
     Svc,
     errors,
@@ -91,11 +92,9 @@ def _links() -> APIRouter:
         summary="The page an emailed link opens",
         **access("open"),
     )
-    async def verify_page(
-        conn: Conn, svc: Svc, token: Annotated[str, Query()] = ""
-    ) -> HTMLResponse:
+    async def verify_page(svc: Svc, token: Annotated[str, Query()] = "") -> HTMLResponse:
         # Changes nothing: mail scanners prefetch links.
-        result = await confirm(conn, token, apply=False, keys=svc.policy.keys)
+        result = await _confirm(svc, token, apply=False)
         return _outcome_page(result.outcome, token, result.superseded)
 
     @router.post(
@@ -105,8 +104,8 @@ def _links() -> APIRouter:
         summary="The Confirm button",
         **access("open"),
     )
-    async def verify_submit(conn: Conn, svc: Svc, token: FormToken = "") -> HTMLResponse:
-        result = await confirm(conn, token, apply=True, keys=svc.policy.keys)
+    async def verify_submit(svc: Svc, token: FormToken = "") -> HTMLResponse:
+        result = await _confirm(svc, token, apply=True)
         return _outcome_page(result.outcome, token, result.superseded)
 
     @router.post(
@@ -126,8 +125,8 @@ def _links() -> APIRouter:
         summary="Ask for a fresh link",
         **access("open"),
     )
-    async def verify_resend(conn: Conn, svc: Svc, token: FormToken = "") -> HTMLResponse:
-        result = await confirm(conn, token, apply=False, keys=svc.policy.keys)
+    async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
+        result = await _confirm(svc, token, apply=False)
         if result.outcome != "expired" and not result.superseded:
             # A live link, or one that cannot be used: the page that link shows.
             return _outcome_page(result.outcome, token, result.superseded)
@@ -137,16 +136,17 @@ def _links() -> APIRouter:
         # One fresh link per expired link, however often the button is pressed.
         key = "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
         try:
-            await request_verification(
-                conn,
-                user_id=result.user_id,
-                email=result.email,
-                purpose=result.purpose,
-                idempotency_key=key,
-                policy=svc.policy,
-                client_id=result.client_id,
-                locale=result.locale,
-            )
+            async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+                await request_verification(
+                    conn,
+                    user_id=result.user_id,
+                    email=result.email,
+                    purpose=result.purpose,
+                    idempotency_key=key,
+                    policy=svc.policy,
+                    client_id=result.client_id,
+                    locale=result.locale,
+                )
         except RequestError:
             # The same answer whatever the reason (throttled, suppressed, ...): whoever
             # holds a link learns nothing about the address beyond it.
@@ -165,8 +165,8 @@ def _links() -> APIRouter:
         summary="Confirm a verification token (for JSON clients)",
         **access("open"),
     )
-    async def confirm_json(body: ConfirmIn, conn: Conn, svc: Svc) -> Any:
-        result = await confirm(conn, body.token, apply=True, keys=svc.policy.keys)
+    async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
+        result = await _confirm(svc, body.token, apply=True)
         outcome = result.outcome if result.outcome != "ready" else "invalid"
         out = ConfirmOut(
             outcome=outcome,
@@ -176,6 +176,15 @@ def _links() -> APIRouter:
         return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
 
     return router
+
+
+async def _confirm(svc: Services, token: str, *, apply: bool) -> Confirmation:
+    """`confirm`, taking a database connection only for a token that could be one of ours:
+    anyone can send garbage to these pages, and garbage must cost no connection."""
+    if not looks_like_token(token) or not svc.policy.keys.knows(token):
+        return Confirmation("invalid")
+    async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+        return await confirm(conn, token, apply=apply, keys=svc.policy.keys)
 
 
 def _outcome_page(outcome: str, token: str, superseded: bool) -> HTMLResponse:

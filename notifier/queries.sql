@@ -223,9 +223,16 @@ RETURNING id, name, scopes::text[] AS scopes, created_at;
 
 -- name: api_key_by_id
 -- $1: key id. What authenticating a request needs; no row: no such key.
-SELECT id, name, scopes::text[] AS scopes, secret_hash, revoked_at IS NOT NULL AS revoked
+SELECT id, name, scopes::text[] AS scopes, secret_hash, revoked_at IS NOT NULL AS revoked,
+       extract(epoch FROM sessions_valid_after)::float8 AS sessions_valid_after
 FROM notifier.api_keys
 WHERE id = $1;
+
+-- name: api_key_sign_out
+-- $1: key id, $2: the signing-out process's clock (epoch seconds, the clock sessions are
+-- issued by). Sessions of this key issued before then are void.
+UPDATE notifier.api_keys SET sessions_valid_after = to_timestamp($2)
+WHERE id = $1 AND revoked_at IS NULL;
 
 -- name: api_keys
 -- No parameters. Every key, newest first; never the hash.

@@ -8,12 +8,12 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import uvicorn
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from notifier import migrations
 from notifier.api import create_internal_app
@@ -26,7 +26,8 @@ from notifier.config import (
     WorkerSettings,
 )
 from notifier.database import connect, create_pool
-from notifier.errors import ConfigError, MigrationError
+from notifier.errors import MigrationError
+from notifier.httpserver import Listener, http_server, listen
 from notifier.mailer import Transport, transport_from_settings
 from notifier.maintenance import run_periodically
 from notifier.messages import Templates
@@ -120,60 +121,6 @@ async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = N
             await anyio.to_thread.run_sync(telemetry.shutdown)
 
 
-class QuietServer(uvicorn.Server):
-    """uvicorn without signal handlers of its own: notifier's signal watcher stops it."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def stop(self) -> None:
-        self.should_exit = True
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """One HTTP listener: its app, its bound socket and the server that will serve it."""
-
-    name: str
-    server: QuietServer
-    sock: socket.socket
-
-    @property
-    def url(self) -> str:
-        host, port = self.sock.getsockname()[:2]
-        return f"http://{host}:{port}"
-
-
-def http_server(app: Any, settings: ApiSettings) -> QuietServer:
-    config = uvicorn.Config(
-        app,
-        log_config=None,
-        # uvicorn's access log would print /verify?token=... : links must never reach logs.
-        access_log=False,
-        server_header=False,
-        # Each app's routes own their state; the runner owns the pool and background tasks.
-        lifespan="off",
-        limit_concurrency=settings.limit_concurrency,
-        timeout_keep_alive=settings.keepalive_timeout,
-    )
-    return QuietServer(config)
-
-
-def listen(host: str, port: int, setting: str) -> socket.socket:
-    """A listening socket, bound before serving so a taken port is a clear error."""
-    try:
-        sock = socket.create_server((host, port), backlog=2048)
-    except OSError as exc:
-        raise ConfigError(setting, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    # asyncio sets TCP_NODELAY only on sockets whose protocol number is IPPROTO_TCP, and
-    # create_server's is 0: without it, the second segment of every response on a kept-alive
-    # connection waits for the client's delayed ACK (about 40 ms). Accepted connections
-    # inherit the option from the listening socket.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
 def bind_listeners(settings: ApiSettings) -> tuple[socket.socket, socket.socket]:
     """The internal API's socket and the public pages' socket, both bound, or neither."""
     internal = listen(settings.host, settings.port, "NOTIFIER_API_PORT")
@@ -190,13 +137,20 @@ def http_listeners(
     settings: ApiSettings,
     sockets: tuple[socket.socket, socket.socket],
     internal_routes: Callable[[Any], None] | None = None,
+    hosts: Sequence[str] | None = None,
 ) -> list[Listener]:
-    """Both listeners over one set of services: the internal API and the public pages."""
+    """Both listeners over one set of services: the internal API and the public pages.
+
+    `hosts`: the only Host names they answer (others get 400), or None for any.
+    """
     limit, timeout = settings.max_body_bytes, settings.body_timeout
     internal = create_internal_app(services, max_body_bytes=limit, body_timeout=timeout)
     if internal_routes is not None:
         internal_routes(internal)
     public = create_public_app(services, max_body_bytes=limit, body_timeout=timeout)
+    if hosts is not None:
+        for app in (internal, public):
+            app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
     return [
         Listener("internal API", http_server(internal, settings), sockets[0]),
         Listener("public pages", http_server(public, settings), sockets[1]),

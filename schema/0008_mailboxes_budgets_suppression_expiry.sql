@@ -42,7 +42,13 @@ CREATE INDEX suppressed_addresses_expires_idx
 -- The runtime role counts requests (grant_runtime_v1 again, now with request_counts).
 CREATE OR REPLACE FUNCTION notifier.grant_runtime_v1(runtime_role name) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    current_oid oid := (SELECT oid FROM pg_roles WHERE rolname = runtime_role);
 BEGIN
+    IF current_oid IS NULL THEN
+        DELETE FROM notifier.runtime_roles WHERE role = runtime_role;
+        RETURN;
+    END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA notifier TO %I', runtime_role);
     EXECUTE format('GRANT SELECT ON notifier.schema_migrations TO %I', runtime_role);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON notifier.verifications TO %I',
@@ -58,9 +64,9 @@ BEGIN
                    runtime_role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION notifier.claim_v1(bigint[], text, double precision, text), '
                    'notifier.announce_v1(bigint[]) TO %I', runtime_role);
-    INSERT INTO notifier.runtime_roles (role) VALUES (runtime_role)
-    ON CONFLICT (role) DO UPDATE SET granted_at = now();
+    INSERT INTO notifier.runtime_roles (role, role_oid) VALUES (runtime_role, current_oid)
+    ON CONFLICT (role) DO UPDATE SET role_oid = excluded.role_oid, granted_at = now();
 END;
 $$;
 REVOKE EXECUTE ON FUNCTION notifier.grant_runtime_v1(name) FROM PUBLIC;
-SELECT notifier.grant_runtime_v1(role) FROM notifier.runtime_roles;
+SELECT notifier.regrant_runtime_v1();

@@ -15,6 +15,7 @@ from playwright.async_api import Page, expect
 from tests.support.browser import (
     BROWSER_WAIT_MS,
     WAIT_SECONDS,
+    Dev,
     inbox_holding,
     request_verification,
 )
@@ -81,3 +82,16 @@ async def test_an_expired_link_offers_a_new_one_which_arrives_in_the_inbox(
     # The new link is live: it leads to the Confirm button, not to another expired page.
     await page.goto(newest["link"])
     await expect(page.get_by_role("button", name="Confirm")).to_be_visible(timeout=BROWSER_WAIT_MS)
+
+
+async def test_a_person_signs_in_with_a_key_and_reads_the_docs(
+    dev: Dev, dev_url: str, page: Page
+) -> None:
+    await page.goto(f"{dev_url}/sign-in?next=/docs")
+    await page.get_by_label("API key").fill(dev.key)
+    await page.get_by_role("button", name="Sign in").click()
+    # The sign-in page's own form, posted by a real browser with the headers it really sends.
+    await expect(page).to_have_url(f"{dev_url}/docs", timeout=BROWSER_WAIT_MS)
+    await expect(page.locator(".swagger-ui .info .title")).to_contain_text(
+        "notifier", timeout=BROWSER_WAIT_MS
+    )

@@ -136,3 +136,13 @@ async def test_every_table_a_migration_adds_reaches_the_runtime_role(
         role,
     )
     assert {r["relname"] for r in ungranted} == OWNER_ONLY
+
+
+async def test_an_owners_command_run_as_the_runtime_role_says_so_without_a_traceback(
+    runtime_url: str,
+) -> None:
+    result = await run_cli(
+        "keys", "create", "app", "--scope", "request", env={"NOTIFIER_DATABASE_URL": runtime_url}
+    )
+    assert result.returncode == 2
+    assert "owns the notifier schema" in result.stderr and "Traceback" not in result.stderr

@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from notifier.config import ApiSettings
-from notifier.runner import http_server, listen
+from notifier.httpserver import http_server, listen
 
 pytestmark = pytest.mark.anyio
 
