@@ -20,6 +20,7 @@ with httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer 
         headers={"Idempotency-Key": "readme-walk-1"},
     )
     assert created.status_code == 202, created.text
+    assert "notifier dev is running" in client.get("/").text, "/ is not the landing page"
     verification = created.json()["id"]
     while not (inbox := client.get("/dev/inbox.json").json()):
         assert time.monotonic() < deadline, "no mail reached the dev inbox"

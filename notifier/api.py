@@ -143,6 +143,7 @@ def _verifications() -> APIRouter:
             idempotency_key=idempotency_key,
             policy=svc.policy,
             client_id=caller.key_id if caller is not None else None,
+            locale=body.locale,
         )
         return OrjsonResponse(
             VerificationAccepted(

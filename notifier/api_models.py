@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from notifier.locales import LOCALE_MAX_CHARS, LOCALE_PATTERN
 from notifier.verifications import USER_ID_MAX_CHARS
 
 EMAIL_MAX_CHARS = 254
@@ -28,6 +29,15 @@ class VerificationIn(Strict):
         max_length=64,
         pattern=r"^[a-z][a-z0-9_.-]{0,63}$",
         examples=["signup"],
+    )
+    locale: str | None = Field(
+        default=None,
+        min_length=2,
+        max_length=LOCALE_MAX_CHARS,
+        pattern=LOCALE_PATTERN,
+        description="The email's language (a tag such as de or pt-BR); the closest one "
+        "with templates is used, English by default.",
+        examples=["de"],
     )
 
 

@@ -120,6 +120,18 @@ def _text(raw: str) -> str:
     return raw
 
 
+# Display names longer than this do not fit a mail client's sender column anyway.
+DISPLAY_NAME_MAX_CHARS = 100
+
+
+def _display_name(raw: str) -> str:
+    if len(raw) > DISPLAY_NAME_MAX_CHARS or not raw.isprintable():
+        raise ValueError(
+            f"must be one line of at most {DISPLAY_NAME_MAX_CHARS} printable characters"
+        )
+    return raw
+
+
 @dataclass(frozen=True, slots=True)
 class DatabaseSettings:
     """Where the database is: a server URL, or an embedded server in a data directory."""
@@ -228,6 +240,41 @@ class SmtpSettings:
             pool_size=_read(env, "NOTIFIER_SMTP_POOL_SIZE", _integer(1, 256), d.pool_size),
             mail_from=_read(env, "NOTIFIER_MAIL_FROM", _address, d.mail_from),
             message_id_domain=_read(env, "NOTIFIER_MESSAGE_ID_DOMAIN", _text, d.message_id_domain),
+        )
+
+
+# The environment variable naming a directory of template overrides (see messages.Templates).
+TEMPLATE_DIR_VARIABLE = "NOTIFIER_TEMPLATE_DIR"
+DEFAULT_PRODUCT_NAME = "notifier"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSettings:
+    """What the verification email calls the product, whose name it comes from, and where
+    its template overrides are."""
+
+    # NOTIFIER_PRODUCT_NAME: the product the email names (subject, heading, footer).
+    product_name: str = DEFAULT_PRODUCT_NAME
+    # NOTIFIER_MAIL_FROM_NAME: the display name in the From header ("Acme" <noreply@...>);
+    # unset: the product name.
+    mail_from_name: str | None = None
+    # NOTIFIER_TEMPLATE_DIR: a directory of template overrides (files at its top replace the
+    # English ones, files in <locale>/ subdirectories those of that language); unset: the
+    # shipped templates only.
+    template_dir: Path | None = None
+
+    @property
+    def sender_name(self) -> str:
+        return self.mail_from_name or self.product_name
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> MessageSettings:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            product_name=_read(env, "NOTIFIER_PRODUCT_NAME", _display_name, d.product_name),
+            mail_from_name=_read(env, "NOTIFIER_MAIL_FROM_NAME", _display_name, d.mail_from_name),
+            template_dir=_read(env, TEMPLATE_DIR_VARIABLE, Path, d.template_dir),
         )
 
 

@@ -30,7 +30,7 @@ from notifier.config import (
 )
 from notifier.database import connect, create_pool
 from notifier.errors import ConfigError
-from notifier.inbox import Inbox
+from notifier.inbox import INBOX_DIRECTORY, Inbox
 from notifier.mailer import SmtpTransport
 from notifier.messages import Templates
 from notifier.runner import (
@@ -134,7 +134,8 @@ async def run_dev(
     finally:
         await conn.close()
 
-    inbox = Inbox()
+    # Kept beside the embedded database, so mail survives a restart as the data does.
+    inbox = Inbox(database.data_dir / INBOX_DIRECTORY)
     smtp_port = await inbox.start()
     smtp = dataclasses.replace(
         SmtpSettings.from_env(),
@@ -175,8 +176,9 @@ async def run_dev(
         worker = build_worker(url, pool, worker_config, transport, signals)
         internal = listeners[0].url
         async with anyio.create_task_group() as watcher:
+            # The inbox ends its open event streams, or the server would wait on them.
             stoppers = [worker.stop, *(listener.server.stop for listener in listeners)]
-            watcher.start_soon(stop_on_signals, stoppers)
+            watcher.start_soon(stop_on_signals, [*stoppers, inbox.close])
             watcher.start_soon(keep_key_usage, services)
             async with anyio.create_task_group() as services_tg:
                 await services_tg.start(worker.run)

@@ -1,156 +1,312 @@
-"""The dev inbox: an SMTP server that keeps what it receives, and pages that show it.
+"""The dev inbox: an SMTP server that keeps what it receives, and tells watchers of changes.
 
-Only `notifier dev` runs it. Messages are kept in memory, newest first, bounded.
+Only `notifier dev` runs it. Each message is kept as it arrived, one `.eml` file in the data
+directory's `inbox/`, so the inbox survives a restart and any mail client can open a
+message. The newest INBOX_CAPACITY are kept; their headlines are held in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email
 import email.policy
-import itertools
+import logging
+import os
 import re
-from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from email.message import EmailMessage
-from html import escape
+from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+import anyio
 
-from notifier.access import access
-from notifier.pages import PAGE_HEADERS
+log = logging.getLogger(__name__)
 
-# Captured messages kept; older ones are forgotten.
+# Captured messages kept; older ones are deleted as new ones arrive.
 INBOX_CAPACITY = 500
+# Bytes one message may have; the dev inbox receives only notifier's own few-KB emails.
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+INBOX_DIRECTORY = "inbox"
+# Holds the highest number ever given, so numbers (and so URLs) are never reused after
+# "Delete all" empties the directory.
+LAST_NUMBER_FILE = "last-number"
+_FILENAME = re.compile(r"^(\d{8})\.eml$")
 _LINK = re.compile(r"https?://[^\s\"'<>]+/verify\?token=[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True, slots=True)
 class Captured:
-    """One message the dev SMTP server received."""
+    """The headline of one received message (its body stays on disk until it is opened)."""
 
     number: int
     received_at: datetime
     message_id: str
-    sender: str
+    sender: str  # the From header as written, else the envelope sender
     recipients: tuple[str, ...]
     subject: str
-    text: str
     link: str | None
+    has_html: bool
+
+    def matches(self, query: str) -> bool:
+        """Whether `query` occurs (ignoring case) in a recipient or the sender."""
+        needle = query.strip().casefold()
+        return not needle or any(needle in a.casefold() for a in (*self.recipients, self.sender))
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """One message read back whole: its source, parts and headers."""
+
+    captured: Captured
+    raw: bytes
+    text: str | None
+    html: str | None
+    headers: tuple[tuple[str, str], ...]
 
 
 class Inbox:
-    """Holds captured messages and serves SMTP for them from `start()` until `stop()`."""
+    """Owns the dev inbox directory: loads what is there when built, adds what the SMTP
+    server receives from `start()` until `stop()`, and wakes watchers on every change until
+    `close()`."""
 
-    def __init__(self, capacity: int = INBOX_CAPACITY) -> None:
-        self.messages: deque[Captured] = deque(maxlen=capacity)
-        self._numbers = itertools.count(1)
-        self._server: asyncio.Server | None = None
+    def __init__(self, directory: Path, capacity: int = INBOX_CAPACITY) -> None:
+        self.directory = directory
+        self.capacity = capacity
+        self.version = 0
+        self.closed = False
         self.port: int | None = None
+        self._server: Any = None
+        self._changed = anyio.Event()
+        self._messages: list[Captured] = []  # newest first
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The messages hold live links: only their owner may read them.
+        self.directory.chmod(0o700)
+        self._last_number = self._read_last_number()
+        self._load()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[Captured]:
+        """Every kept message, newest first."""
+        return list(self._messages)
+
+    def search(self, query: str = "") -> list[Captured]:
+        return [m for m in self._messages if m.matches(query)]
+
+    def find(self, number: int) -> Captured | None:
+        return next((m for m in self._messages if m.number == number), None)
+
+    def open(self, number: int) -> Opened | None:
+        captured = self.find(number)
+        if captured is None:
+            return None
+        try:
+            raw = self._path(number).read_bytes()
+        except FileNotFoundError:
+            return None
+        parsed = _parse(raw)
+        return Opened(
+            captured=captured,
+            raw=raw,
+            text=_body(parsed, "plain"),
+            html=_body(parsed, "html"),
+            headers=tuple((name, _header_text(value)) for name, value in parsed.raw_items()),
+        )
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def add(self, raw: bytes, envelope_sender: str, recipients: list[str]) -> Captured:
+        """Keep one message: written whole to its file, then listed, then announced.
+
+        Like a mail server delivering to a mailbox, the envelope is recorded in headers on
+        top (Return-Path, one Delivered-To per recipient), so it is kept in the file too.
+        """
+        envelope = f"Return-Path: <{_one_line(envelope_sender)}>\r\n" + "".join(
+            f"Delivered-To: {_one_line(r)}\r\n" for r in recipients
+        )
+        raw = envelope.encode("utf-8", "replace") + raw
+        number = self._last_number + 1
+        path = self._path(number)
+        temporary = path.with_suffix(".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        # A crash leaves a whole file or none, never half a message.
+        os.replace(temporary, path)
+        self._last_number = number
+        received_at = datetime.now().astimezone()
+        captured = _headline(number, received_at, raw)
+        self._messages.insert(0, captured)
+        for old in self._messages[self.capacity :]:
+            self._path(old.number).unlink(missing_ok=True)
+        del self._messages[self.capacity :]
+        self._announce()
+        return captured
+
+    def clear(self) -> int:
+        """Delete every message; returns how many there were."""
+        count = len(self._messages)
+        self._write_last_number()
+        for message in self._messages:
+            self._path(message.number).unlink(missing_ok=True)
+        self._messages.clear()
+        self._announce()
+        return count
+
+    # -- watching ------------------------------------------------------------------------------
+
+    async def wait_beyond(self, seen: int) -> int:
+        """Wait until the inbox has changed since version `seen` (or is closed); the version."""
+        # Checking the version and then waiting cannot miss a change: both happen on the
+        # event loop's thread without an await between them.
+        while self.version == seen and not self.closed:
+            await self._changed.wait()
+        return self.version
+
+    def close(self) -> None:
+        """Release every watcher for good, so open event streams end and a server can stop."""
+        self.closed = True
+        self._changed.set()
+
+    def _announce(self) -> None:
+        self.version += 1
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    # -- SMTP ----------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         from aiosmtpd.smtp import SMTP  # only dev mode needs aiosmtpd (the dev extra)
 
+        def session() -> SMTP:
+            return SMTP(
+                self,
+                hostname="notifier-dev-inbox",
+                enable_SMTPUTF8=True,
+                data_size_limit=MAX_MESSAGE_BYTES,
+            )
+
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: SMTP(self, hostname="notifier-dev-inbox", enable_SMTPUTF8=True), host, port
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await loop.create_server(session, host, port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
     async def stop(self) -> None:
+        self.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        parsed = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
-        assert isinstance(parsed, EmailMessage)
-        body = parsed.get_body(("plain",))
-        text = body.get_content() if body is not None else ""
-        link = _LINK.search(text)
-        self.messages.appendleft(
-            Captured(
-                number=next(self._numbers),
-                received_at=datetime.now(UTC),
-                message_id=str(parsed.get("Message-ID", "")),
-                sender=envelope.mail_from,
-                recipients=tuple(envelope.rcpt_tos),
-                subject=str(parsed.get("Subject", "")),
-                text=text,
-                link=link.group(0) if link else None,
-            )
-        )
+        self.add(envelope.original_content, envelope.mail_from, list(envelope.rcpt_tos))
         return "250 2.0.0 Ok: kept in the dev inbox"
 
-    def find(self, number: int) -> Captured | None:
-        return next((m for m in self.messages if m.number == number), None)
+    def routes(self, app: Any) -> None:
+        """Add the inbox's pages, its JSON and event stream, and the dev landing page."""
+        from notifier.inbox_web import add_routes  # FastAPI only where pages are served
 
-    def routes(self, app: FastAPI) -> None:
-        """Add /dev/inbox (the list), /dev/inbox/{n} (one message) and /dev/inbox.json."""
+        add_routes(app, self)
 
-        @app.get(
-            "/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **access("open")
+    # -- files ---------------------------------------------------------------------------------
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"{number:08d}.eml"
+
+    def _load(self) -> None:
+        numbered = sorted(
+            (int(match.group(1)), entry)
+            for entry in self.directory.iterdir()
+            if (match := _FILENAME.match(entry.name))
         )
-        async def inbox_page() -> HTMLResponse:
-            rows = "".join(
-                f"<tr><td>{m.received_at:%H:%M:%S}</td><td>{escape(', '.join(m.recipients))}</td>"
-                f'<td><a href="/dev/inbox/{m.number}">{escape(m.subject)}</a></td></tr>'
-                for m in self.messages
-            )
-            empty = "" if self.messages else "<p>No mail yet. Request a verification first.</p>"
-            return _page(
-                "Dev inbox",
-                "<h1>Dev inbox</h1>"
-                f"{empty}<table><tr><th>Time</th><th>To</th><th>Subject</th></tr>{rows}</table>",
-            )
+        excess = max(len(numbered) - self.capacity, 0)
+        for _, stale in numbered[:excess]:
+            stale.unlink(missing_ok=True)
+        for number, entry in reversed(numbered[excess:]):
+            try:
+                raw = entry.read_bytes()
+                received_at = datetime.fromtimestamp(entry.stat().st_mtime).astimezone()
+            except OSError as exc:
+                log.warning("dev inbox: skipping %s (%s)", entry, exc)
+                continue
+            self._messages.append(_headline(number, received_at, raw))
+            self._last_number = max(self._last_number, number)
+        for leftover in self.directory.glob("*.tmp"):
+            leftover.unlink(missing_ok=True)
 
-        @app.get(
-            "/dev/inbox/{number}",
-            response_class=HTMLResponse,
-            include_in_schema=False,
-            **access("open"),
-        )
-        async def message_page(number: int) -> HTMLResponse:
-            message = self.find(number)
-            if message is None:
-                return _page("Not found", "<h1>No such message</h1>", 404)
-            link = ""
-            if message.link:
-                href = escape(message.link)
-                link = f'<p><a id=verify-link href="{href}">Open the verification link</a></p>'
+    def _read_last_number(self) -> int:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return int((self.directory / LAST_NUMBER_FILE).read_text().strip())
+        return 0
 
-            return _page(
-                message.subject,
-                f"<h1>{escape(message.subject)}</h1>"
-                f"<p>To {escape(', '.join(message.recipients))} · {escape(message.message_id)}</p>"
-                f"{link}<pre>{escape(message.text)}</pre>"
-                '<p><a href="/dev/inbox">Back to the inbox</a></p>',
-            )
-
-        @app.get("/dev/inbox.json", include_in_schema=False, **access("open"))
-        async def inbox_json() -> list[dict[str, Any]]:
-            return [
-                {
-                    "number": m.number,
-                    "to": list(m.recipients),
-                    "subject": m.subject,
-                    "message_id": m.message_id,
-                    "link": m.link,
-                }
-                for m in self.messages
-            ]
+    def _write_last_number(self) -> None:
+        (self.directory / LAST_NUMBER_FILE).write_text(f"{self._last_number}\n")
 
 
-def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    html = (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{escape(title)}</title><style>body{{font-family:system-ui,sans-serif;"
-        "margin:2rem;color:#1d2330}table{border-collapse:collapse}td,th{padding:.3rem .8rem;"
-        "border-bottom:1px solid #ddd;text-align:left}pre{white-space:pre-wrap;background:#f5f6f8;"
-        f"padding:1rem}}</style></head><body>{body}</body></html>"
+def _parse(raw: bytes) -> EmailMessage:
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(parsed, EmailMessage)
+    return parsed
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _headline(number: int, received_at: datetime, raw: bytes) -> Captured:
+    """What the list shows of a message. Whatever arrives is kept, so nothing here may raise
+    on a malformed message: an unreadable header reads as empty."""
+    parsed = _parse(raw)
+    text = _body(parsed, "plain") or ""
+    html = _body(parsed, "html")
+    link = _LINK.search(text) or _LINK.search(html or "")
+    recipients = tuple(_safe_all(parsed, "Delivered-To")) or tuple(
+        a.strip() for a in _safe(parsed, "To").split(",") if a.strip()
     )
-    return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
+    return Captured(
+        number=number,
+        received_at=received_at,
+        message_id=_safe(parsed, "Message-ID"),
+        sender=_safe(parsed, "From") or _safe(parsed, "Return-Path").strip("<>"),
+        recipients=recipients,
+        subject=_safe(parsed, "Subject"),
+        link=link.group(0).replace("&amp;", "&") if link else None,
+        has_html=html is not None,
+    )
+
+
+def _safe(parsed: EmailMessage, name: str) -> str:
+    try:
+        return " ".join(str(parsed.get(name, "")).split())
+    except Exception:  # the email package raises assorted errors on hostile headers
+        return ""
+
+
+def _safe_all(parsed: EmailMessage, name: str) -> list[str]:
+    try:
+        return [_one_line(str(v)) for v in parsed.get_all(name, [])]
+    except Exception:
+        return []
+
+
+def _header_text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return repr(value)
+
+
+def _body(parsed: EmailMessage, subtype: str) -> str | None:
+    try:
+        part = parsed.get_body((subtype,))
+        if part is None or part.get_content_type() != f"text/{subtype}":
+            return None
+        content = part.get_content()
+    except Exception:
+        return None
+    if not isinstance(content, str):
+        return None
+    # The wire's CRLF line ends, as the page and any reader expect them.
+    return content.replace("\r\n", "\n")

@@ -50,6 +50,10 @@ class Claimed:
     traceparent: str | None
     tracestate: str | None
     claimed_at: datetime | None = None
+    # The language the email is to be written in (None: English), and when the verification
+    # was created (by the database clock, like expires_at).
+    locale: str | None = None
+    issued_at: datetime | None = None
 
     @classmethod
     def from_record(cls, r: Any) -> Claimed:
@@ -69,6 +73,8 @@ class Claimed:
             traceparent=r["traceparent"],
             tracestate=r["tracestate"],
             claimed_at=r["claimed_at"],
+            locale=r["locale"],
+            issued_at=r["issued_at"],
         )
 
 

@@ -145,6 +145,7 @@ def _links() -> APIRouter:
                     idempotency_key=key,
                     policy=svc.policy,
                     client_id=result.client_id,
+                    locale=result.locale,
                 )
         except RequestError:
             # The same answer whatever the reason (throttled, suppressed, ...): whoever

@@ -123,14 +123,15 @@ ON CONFLICT (scope, subject, slice, shard) DO UPDATE SET count = c.count + 1;
 -- $1: verification id, $2: user id, $3: email, $4: purpose, $5: token key id, $6: token nonce,
 -- $7: token hash, $8: lifetime (seconds), $9: Message-ID, $10: max attempts,
 -- $11: traceparent, $12: tracestate, $13: idempotency key, $14: request fingerprint,
--- $15: client id (or NULL), $16: canonical mailbox.
+-- $15: client id (or NULL), $16: canonical mailbox, $17: locale (or NULL).
 -- One statement, so a request costs one round trip inside the caller's transaction; the
 -- outbox insert fires the NOTIFY trigger. No row back: another request took the key first.
 WITH verification AS (
     INSERT INTO notifier.verifications
         (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at,
-         idempotency_key, request_fingerprint, client_id, mailbox)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14, $15, $16)
+         idempotency_key, request_fingerprint, client_id, mailbox, locale)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14, $15, $16,
+            $17)
     ON CONFLICT ((coalesce(client_id, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
     DO NOTHING
     RETURNING id, expires_at, created_at
@@ -170,7 +171,7 @@ WITH confirmed AS (
       AND expires_at > now()
     RETURNING id, token_hash, verified_at
 )
-SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose, v.client_id, v.scrubbed_at,
+SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose, v.client_id, v.scrubbed_at, v.locale,
        coalesce(c.verified_at, v.verified_at) AS verified_at,
        v.superseded_at, v.expires_at, v.expires_at <= now() AS expired,
        c.id IS NOT NULL AS confirmed_now
@@ -180,7 +181,7 @@ WHERE v.token_hash = $1;
 
 -- name: token_state
 -- $1: token hash. What a link would do, changing nothing (GET must never confirm).
-SELECT id, token_hash, user_id, email, purpose, client_id, scrubbed_at, verified_at,
+SELECT id, token_hash, user_id, email, purpose, client_id, scrubbed_at, locale, verified_at,
        superseded_at, expires_at, expires_at <= now() AS expired, false AS confirmed_now
 FROM notifier.verifications
 WHERE token_hash = $1;
@@ -291,7 +292,7 @@ WITH candidates AS MATERIALIZED (
     ORDER BY id
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM notifier.claim_v1(ARRAY(SELECT id FROM candidates), $2, $3, $4);
+SELECT * FROM notifier.claim_v2(ARRAY(SELECT id FROM candidates), $2, $3, $4);
 
 -- name: claim_due
 -- $1: most rows to claim, $2: lease owner, $3: lease (seconds), $4: discovered_by for due
@@ -312,7 +313,7 @@ WITH expired AS MATERIALIZED (
     LIMIT greatest($1 - (SELECT count(*) FROM expired), 0)
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM notifier.claim_v1(
+SELECT * FROM notifier.claim_v2(
     ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due), $2, $3, $4
 );
 

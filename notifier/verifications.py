@@ -30,6 +30,7 @@ from notifier.config import (
     WorkerSettings,
 )
 from notifier.errors import NotifierError
+from notifier.locales import normalize_locale
 from notifier.queries import sql
 from notifier.telemetry import inject_current, producer_span
 from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
@@ -164,23 +165,39 @@ class VerificationRequest:
     user_id: str
     address: Address
     purpose: str = "signup"
+    # The language the email is written in (a normalised tag); None: English.
+    locale: str | None = None
 
     @classmethod
     def parse(
-        cls, user_id: str, email: str, purpose: str | None, separators: str
+        cls,
+        user_id: str,
+        email: str,
+        purpose: str | None,
+        separators: str,
+        locale: str | None = None,
     ) -> VerificationRequest:
         try:
             address = addresses.parse(email, separators)
         except addresses.InvalidAddress as exc:
             raise InvalidRequest("email", str(exc)) from exc
-        return cls(_user_id(user_id), address, _purpose(purpose or "signup"))
+        return cls(
+            _user_id(user_id),
+            address,
+            _purpose(purpose or "signup"),
+            _locale(locale) if locale is not None else None,
+        )
 
     @property
     def email(self) -> str:
         return self.address.display
 
     def _body(self) -> bytes:
-        return orjson.dumps([self.user_id, self.email, self.purpose])
+        fields = [self.user_id, self.email, self.purpose]
+        if self.locale is not None:
+            # Appended only when given, so requests without one keep their fingerprints.
+            fields.append(self.locale)
+        return orjson.dumps(fields)
 
     def fingerprint(self, keys: TokenKeys) -> bytes:
         """Identifies the body an idempotency key was first used with. Keyed (HMAC under the
@@ -234,6 +251,13 @@ def _purpose(raw: str) -> str:
     return raw
 
 
+def _locale(raw: str) -> str:
+    try:
+        return normalize_locale(raw)
+    except ValueError as exc:
+        raise InvalidRequest("locale", str(exc)) from exc
+
+
 def check_idempotency_key(raw: str) -> str:
     if not _IDEMPOTENCY_KEY.fullmatch(raw):
         raise InvalidRequest(
@@ -258,18 +282,23 @@ async def request_verification(
     traceparent: str | None = None,
     tracestate: str | None = None,
     client_id: str | None = None,
+    locale: str | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn`.
 
     Nothing is sent unless that transaction commits: the worker is notified at COMMIT, and a
     rollback leaves nothing behind. Raises InvalidRequest, IdempotencyConflict, Throttled or
     Suppressed without writing anything. `policy` defaults to one read from the environment.
+    `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
+    closest one there are templates for is used, English by default.
     `client_id` is the API key that asked (None: the application's own code); idempotency
     keys are scoped to it, so two clients using the same key never collide.
     """
     policy = policy or _env_policy()
     limits = policy.limits
-    request = VerificationRequest.parse(user_id, email, purpose, limits.subaddress_separators)
+    request = VerificationRequest.parse(
+        user_id, email, purpose, limits.subaddress_separators, locale
+    )
     if idempotency_key is not None:
         check_idempotency_key(idempotency_key)
     budgets = _Budgets.of(policy, request, client_id)
@@ -415,6 +444,7 @@ async def _insert(
         request.fingerprint(policy.keys) if idempotency_key is not None else None,
         client_id,
         request.address.mailbox,
+        request.locale,
     )
 
 
@@ -454,6 +484,7 @@ class Confirmation:
     user_id: str | None = None
     email: str | None = None
     purpose: str | None = None
+    locale: str | None = None
     # The client that requested it: a fresh link from its page counts against that client.
     client_id: str | None = None
     # When it expired (None: it has not); a link long expired cannot be renewed.
@@ -491,6 +522,7 @@ async def confirm(conn: Any, token: str, *, apply: bool, keys: TokenKeys) -> Con
         "user_id": row["user_id"],
         "email": row["email"],
         "purpose": row["purpose"],
+        "locale": row["locale"],
         "client_id": row["client_id"],
         "expired_at": row["expires_at"] if row["expired"] else None,
         "scrubbed": row["scrubbed_at"] is not None,

@@ -407,6 +407,8 @@ class Worker:
             expires_at=row.expires_at,
             purpose=row.purpose,
             now=datetime.now(UTC),
+            issued_at=row.issued_at,
+            locale=row.locale,
         )
         answer: Sendability | None = None
 

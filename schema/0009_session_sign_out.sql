@@ -5,7 +5,8 @@
 
 ALTER TABLE notifier.api_keys ADD COLUMN sessions_valid_after timestamptz;
 
--- The runtime role records sign-outs (the API signs people out as itself).
+-- The runtime role records sign-outs (the API signs people out as itself), and is granted
+-- every function by the schema, not by name.
 CREATE OR REPLACE FUNCTION notifier.grant_runtime_v1(runtime_role name) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -27,8 +28,11 @@ BEGIN
                    runtime_role);
     EXECUTE format('GRANT SELECT, UPDATE (last_used_at, sessions_valid_after) '
                    'ON notifier.api_keys TO %I', runtime_role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION notifier.claim_v1(bigint[], text, double precision, text), '
-                   'notifier.announce_v1(bigint[]) TO %I', runtime_role);
+    -- Every function (claim_vN, announce_vN, those later versions add), so a migration that
+    -- adds one needs only end with regrant_runtime_v1(); never the granting ones.
+    EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA notifier TO %I', runtime_role);
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION notifier.grant_runtime_v1(name), '
+                   'notifier.regrant_runtime_v1() FROM %I', runtime_role);
     INSERT INTO notifier.runtime_roles (role, role_oid) VALUES (runtime_role, current_oid)
     ON CONFLICT (role) DO UPDATE SET role_oid = excluded.role_oid, granted_at = now();
 END;

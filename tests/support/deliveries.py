@@ -55,6 +55,7 @@ async def enqueue(
     purpose: str = "signup",
     ttl_seconds: float = 3600,
     max_attempts: int = 5,
+    locale: str | None = None,
 ) -> Enqueued:
     result = await request_verification(
         conn,
@@ -62,6 +63,7 @@ async def enqueue(
         email=email,
         purpose=purpose,
         policy=policy_for_tests(keys, ttl_seconds=ttl_seconds, max_attempts=max_attempts),
+        locale=locale,
     )
     outbox_id = await conn.fetchval(
         "SELECT id FROM notifier.email_outbox WHERE verification_id = $1", result.id

@@ -6,7 +6,13 @@ import secrets
 
 import pytest
 
-from notifier.config import DatabaseSettings, SmtpSettings, TokenSettings, WorkerSettings
+from notifier.config import (
+    DatabaseSettings,
+    MessageSettings,
+    SmtpSettings,
+    TokenSettings,
+    WorkerSettings,
+)
 from notifier.errors import ConfigError
 
 
@@ -77,6 +83,29 @@ def test_several_secrets_are_kept_newest_first() -> None:
 def test_database_url_must_be_postgresql() -> None:
     with pytest.raises(ConfigError, match="NOTIFIER_DATABASE_URL"):
         DatabaseSettings.from_env({"NOTIFIER_DATABASE_URL": "sqlite:///x"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("NOTIFIER_PRODUCT_NAME", "Acme\r\nBcc: victim@example.org"),
+        ("NOTIFIER_PRODUCT_NAME", "A" * 101),
+        ("NOTIFIER_MAIL_FROM_NAME", "Acme\tSupport"),
+    ],
+)
+def test_invalid_message_setting_names_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        MessageSettings.from_env({variable: value})
+    assert caught.value.setting == variable
+
+
+def test_sender_name_defaults_to_the_product_name() -> None:
+    assert MessageSettings.from_env({}).sender_name == "notifier"
+    assert MessageSettings.from_env({"NOTIFIER_PRODUCT_NAME": "Acme"}).sender_name == "Acme"
+    named = MessageSettings.from_env(
+        {"NOTIFIER_PRODUCT_NAME": "Acme", "NOTIFIER_MAIL_FROM_NAME": "Acme Accounts"}
+    )
+    assert named.sender_name == "Acme Accounts"
 
 
 @pytest.mark.parametrize(

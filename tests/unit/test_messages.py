@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import re
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from notifier.errors import ConfigError
-from notifier.messages import TEMPLATE_DIR_VARIABLE, OutgoingMessage, Templates
+from notifier.messages import TEMPLATE_DIR_VARIABLE, VARIABLES, OutgoingMessage, Templates
 
 NOW = datetime(2025, 6, 1, 11, 0, 30, tzinfo=UTC)
 MESSAGE_ID = "<verify.3f1c2b9e-0000-4000-8000-000000000001@example.com>"
@@ -46,23 +47,49 @@ def bodies(parsed: EmailMessage) -> tuple[str, str]:
 
 
 def test_default_templates_render_every_value() -> None:
-    message = compose(Templates.load(None))
-    assert message.subject == "Confirm your email address"
+    message = compose(Templates.load(None, product_name="Acme"))
+    assert message.subject == "Confirm your email address for Acme"
     for body in (message.text, message.html):
         assert "bob@example.com" in body
         assert "signup" in body
         assert "60 minutes" in body
         assert "2025-06-01 12:00 UTC" in body
+        assert "Acme" in body
         assert "$" not in body
     assert "https://app.example.com/verify?token=abc&x=1" in message.text
 
 
-def test_expiry_minutes_are_rounded_down_and_never_negative() -> None:
+def test_a_send_soon_after_the_request_states_the_configured_lifetime() -> None:
+    # Queued for 90 seconds: the link was issued for an hour, and the email says so.
+    issued = NOW - timedelta(seconds=90)
+    message = compose(
+        Templates.load(None), issued_at=issued, expires_at=issued + timedelta(minutes=60)
+    )
+    assert "valid for 60 minutes" in message.text
+
+
+def test_a_late_retry_states_the_time_left_not_the_whole_lifetime() -> None:
+    issued = NOW - timedelta(minutes=30)
+    message = compose(
+        Templates.load(None), issued_at=issued, expires_at=issued + timedelta(minutes=60)
+    )
+    assert "valid for 30 minutes" in message.text
+
+
+def test_expiry_is_never_stated_as_zero_or_negative() -> None:
+    message = compose(Templates.load(None), expires_at=NOW - timedelta(minutes=5))
+    assert "valid for 1 minute " in message.text
+    assert "$expires_minutes" not in message.text
+
+
+def test_long_lifetimes_are_stated_in_hours_and_days_in_the_emails_language() -> None:
     templates = Templates.load(None)
-    almost_an_hour = compose(templates, expires_at=NOW + timedelta(minutes=60, seconds=-1))
-    assert "59 minutes" in almost_an_hour.text
-    expired = compose(templates, expires_at=NOW - timedelta(minutes=5))
-    assert "0 minutes" in expired.text
+    day = compose(templates, issued_at=NOW, expires_at=NOW + timedelta(hours=24))
+    week = compose(templates, issued_at=NOW, expires_at=NOW + timedelta(days=7))
+    german = compose(templates, issued_at=NOW, expires_at=NOW + timedelta(hours=24), locale="de")
+    assert "valid for 24 hours" in day.text
+    assert "valid for 7 days" in week.text
+    assert "24 Stunden gültig" in german.text
 
 
 def test_values_in_html_are_escaped_but_text_is_not() -> None:
@@ -88,9 +115,10 @@ def test_headers_are_set_and_message_id_is_exactly_as_given() -> None:
     raw = message.to_email().as_bytes()
     assert f"\r\nMessage-ID: {MESSAGE_ID}\r\n".encode() in raw
     parsed = parse(message)
-    assert parsed["From"] == "noreply@example.com"
+    assert parsed["From"] == "notifier <noreply@example.com>"
     assert parsed["To"] == "bob@example.com"
-    assert parsed["Subject"] == "Confirm your email address"
+    assert parsed["Subject"] == "Confirm your email address for notifier"
+    assert parsed["Auto-Submitted"] == "auto-generated"
     assert parsed["Message-ID"] == MESSAGE_ID
     assert parsed["Date"].datetime == NOW.replace(microsecond=0)
     assert raw.count(b"MIME-Version: 1.0") == 1
@@ -140,7 +168,7 @@ def test_override_directory_replaces_only_the_files_it_holds(tmp_path: Path) -> 
     assert message.text == (
         "Go to https://app.example.com/verify?token=abc&x=1 before 2025-06-01 12:00 UTC. Cost: $5\n"
     )
-    assert message.subject == "Confirm your email address"
+    assert message.subject == "Confirm your email address for notifier"
     assert "<a href=" in message.html
 
 
@@ -148,7 +176,7 @@ def test_from_env_reads_the_template_directory(tmp_path: Path) -> None:
     (tmp_path / "subject.txt").write_text("Verify for $purpose")
     templates = Templates.from_env({TEMPLATE_DIR_VARIABLE: str(tmp_path)})
     assert compose(templates).subject == "Verify for signup"
-    assert compose(Templates.from_env({})).subject == "Confirm your email address"
+    assert compose(Templates.from_env({})).subject == "Confirm your email address for notifier"
 
 
 def test_missing_override_directory_is_a_config_error(tmp_path: Path) -> None:
@@ -166,6 +194,27 @@ def test_override_path_that_is_a_file_is_a_config_error(tmp_path: Path) -> None:
 def test_override_directory_without_any_template_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "subject.text").write_text("misspelt")
     with pytest.raises(ConfigError, match="holds none of"):
+        Templates.load(tmp_path)
+
+
+def test_locale_directory_without_any_template_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "de").mkdir()
+    (tmp_path / "de" / "subject.text").write_text("misspelt")
+    with pytest.raises(ConfigError, match=r"de holds none of"):
+        Templates.load(tmp_path)
+
+
+def test_subdirectory_not_named_for_a_locale_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "german templates").mkdir()
+    (tmp_path / "german templates" / "subject.txt").write_text("x")
+    with pytest.raises(ConfigError, match="not named for a locale"):
+        Templates.load(tmp_path)
+
+
+def test_unknown_variable_in_a_locale_override_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "fr").mkdir()
+    (tmp_path / "fr" / "body.txt").write_text("Bonjour $prenom, $link")
+    with pytest.raises(ConfigError, match=r"unknown variable\(s\) \$prenom"):
         Templates.load(tmp_path)
 
 
@@ -192,18 +241,26 @@ def test_naive_datetimes_are_refused() -> None:
         compose(Templates.load(None), now=NOW.replace(tzinfo=None))
 
 
-def headers_and_bodies(raw: bytes) -> tuple[dict[str, str], tuple[str, str]]:
+def headers_and_bodies(raw: bytes) -> tuple[dict[str, object], tuple[str, str]]:
     parsed = email.message_from_bytes(raw, policy=email.policy.default)
     assert isinstance(parsed, EmailMessage)
-    keys = ("From", "To", "Subject", "Message-ID", "Date", "MIME-Version")
-    return {k: str(parsed[k]) for k in keys}, bodies(parsed)
+    keys = ("To", "Subject", "Message-ID", "Date", "Auto-Submitted", "MIME-Version")
+    headers: dict[str, object] = {k: str(parsed[k]) for k in keys}
+    # The sender as a reader's client shows it: display name and address, however quoted.
+    headers["From"] = [(a.display_name, a.addr_spec) for a in parsed["From"].addresses]
+    return headers, bodies(parsed)
 
 
 @pytest.mark.parametrize(
-    "subject",
-    ["Confirm your email address", "Bestätigen Sie Ihre Adresse ✓", "x" * 1200],
+    ("subject", "sender_name"),
+    [
+        ("Confirm your email address", ""),
+        ("Confirm your email address", "Acme"),
+        ("Bestätigen Sie Ihre Adresse ✓", 'Acme, Inc. ("the" shop)'),
+        ("x" * 1200, "Zürcher Bäckerei ✓ " * 5),
+    ],
 )
-def test_fast_bytes_say_what_the_email_package_would(subject: str) -> None:
+def test_fast_bytes_say_what_the_email_package_would(subject: str, sender_name: str) -> None:
     message = compose(Templates.load(None), link="https://a.example/verify?token=t." + "Z" * 43)
     message = OutgoingMessage(
         message.message_id,
@@ -213,10 +270,16 @@ def test_fast_bytes_say_what_the_email_package_would(subject: str) -> None:
         message.text + "\n.\nFrom here\n  trailing spaces  \n" + "long " * 60,
         message.html,
         message.date,
+        sender_name,
     )
     fast = headers_and_bodies(message.to_bytes())
     slow = headers_and_bodies(message.to_email().as_bytes())
     assert fast == slow
+    # The sender is folded by the email package on both paths, byte for byte.
+    from_line = re.compile(rb"^From: .*?\r\n(?! )", re.MULTILINE | re.DOTALL)
+    fast_from = from_line.search(message.to_bytes())
+    slow_from = from_line.search(message.to_email().as_bytes())
+    assert fast_from and slow_from and fast_from.group(0) == slow_from.group(0)
 
 
 def test_fast_bytes_keep_every_line_short_and_crlf_terminated() -> None:
@@ -227,7 +290,114 @@ def test_fast_bytes_keep_every_line_short_and_crlf_terminated() -> None:
     assert raw.isascii()
 
 
+def test_from_header_carries_the_senders_display_name() -> None:
+    templates = Templates.load(None, product_name="Acme", sender_name="Acme Accounts")
+    parsed = parse(compose(templates, sender="noreply@acme.test"))
+    assert parsed["From"] == "Acme Accounts <noreply@acme.test>"
+
+
+def test_sender_name_defaults_to_the_product_name() -> None:
+    parsed = parse(compose(Templates.load(None, product_name="Acme"), sender="noreply@acme.test"))
+    assert parsed["From"].addresses[0].display_name == "Acme"
+
+
+def test_non_ascii_sender_name_is_encoded_and_the_bytes_stay_ascii() -> None:
+    templates = Templates.load(None, product_name="Bäckerei Zürich")
+    raw = compose(templates).to_bytes()
+    assert raw.isascii()
+    assert b"From: =?utf-8?" in raw
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert parsed["From"].addresses[0].display_name == "Bäckerei Zürich"
+
+
+def test_html_part_declares_its_language_charset_and_viewport() -> None:
+    english = compose(Templates.load(None)).html
+    german = compose(Templates.load(None), locale="de").html
+    assert '<html lang="en"' in english and '<html lang="de"' in german
+    for html in (english, german):
+        assert '<meta charset="utf-8">' in html
+        assert '<meta name="viewport"' in html
+        assert '<meta name="color-scheme" content="light dark">' in html
+
+
+def test_html_part_has_a_button_a_fallback_link_and_a_preheader() -> None:
+    html = compose(Templates.load(None, product_name="Acme")).html
+    link = 'href="https://app.example.com/verify?token=abc&amp;x=1"'
+    # The button, and the same link again written out for clients that break buttons.
+    assert html.count(link) == 2
+    assert 'bgcolor="#2459c4"' in html and 'role="presentation"' in html
+    assert ">https://app.example.com/verify?token=abc&amp;x=1</a>" in html
+    preheader = html.split('<div style="display:none;', 1)[1].split("</div>", 1)[0]
+    assert "Confirm bob@example.com for Acme" in preheader
+
+
+def test_a_requests_locale_picks_its_language_and_falls_back_to_english() -> None:
+    templates = Templates.load(None)
+    assert compose(templates, locale="de").subject.startswith("Bestätigen Sie")
+    assert compose(templates, locale="de-AT").subject.startswith("Bestätigen Sie")
+    assert compose(templates, locale="ja").subject.startswith("Confirm your email")
+    assert compose(templates, locale=None).subject.startswith("Confirm your email")
+
+
+def test_every_shipped_language_puts_the_link_in_both_bodies() -> None:
+    templates = Templates.load(None)
+    assert set(templates.locales) >= {"en", "de"}
+    for locale in templates.locales:
+        message = compose(templates, locale=locale)
+        assert "https://app.example.com/verify?token=abc&x=1" in message.text, locale
+        assert 'href="https://app.example.com/verify?token=abc&amp;x=1"' in message.html, locale
+
+
+def test_a_locale_override_directory_replaces_that_language_only(tmp_path: Path) -> None:
+    (tmp_path / "de").mkdir()
+    (tmp_path / "de" / "subject.txt").write_text("Bitte bestätigen: $product_name")
+    templates = Templates.load(tmp_path, product_name="Acme")
+    german = compose(templates, locale="de")
+    assert german.subject == "Bitte bestätigen: Acme"
+    assert "Der Link ist 60 Minuten gültig" in german.text  # the shipped German body
+    assert compose(templates, locale="en").subject == "Confirm your email address for Acme"
+
+
+def test_a_new_language_borrows_the_english_files_it_lacks(tmp_path: Path) -> None:
+    (tmp_path / "body.txt").write_text("Open $link\n")
+    (tmp_path / "pt_BR").mkdir()
+    (tmp_path / "pt_BR" / "subject.txt").write_text("Confirme seu e-mail")
+    templates = Templates.load(tmp_path)
+    message = compose(templates, locale="pt-BR")
+    assert message.subject == "Confirme seu e-mail"
+    assert message.text == "Open https://app.example.com/verify?token=abc&x=1\n"
+    assert '<html lang="en"' in message.html
+
+
+def test_from_env_reads_the_product_and_sender_names() -> None:
+    templates = Templates.from_env(
+        {"NOTIFIER_PRODUCT_NAME": "Acme", "NOTIFIER_MAIL_FROM_NAME": "Acme Support"}
+    )
+    assert templates.product_name == "Acme" and templates.sender_name == "Acme Support"
+
+
+def test_every_template_variable_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for variable in VARIABLES:
+        assert f"`${variable}`" in readme, variable
+
+
 def test_non_ascii_addresses_go_through_the_email_package_with_smtputf8() -> None:
     message = compose(Templates.load(None), recipient="jösé@exämple.com")
     parsed = email.message_from_bytes(message.to_bytes(), policy=email.policy.SMTPUTF8)
     assert str(parsed["To"]) == "jösé@exämple.com"
+
+
+def test_expiry_line_states_the_hour_not_the_seconds_lost_before_sending() -> None:
+    # Sent two seconds after an hour-long link was issued: the reader is told an hour.
+    message = compose(Templates.load(None), expires_at=NOW + timedelta(minutes=60, seconds=-2))
+    for body in (message.text, message.html):
+        assert "60 minutes" in body
+        assert "59 minutes" not in body
+
+
+def test_expiry_line_of_a_one_minute_link_says_one_minute() -> None:
+    message = compose(Templates.load(None), expires_at=NOW + timedelta(seconds=58))
+    for body in (message.text, message.html):
+        assert "1 minute" in body
+        assert "0 minutes" not in body and "1 minutes" not in body

@@ -1,0 +1,124 @@
+// The dev inbox list, kept current: one server-sent event per change (no polling), then one
+// fetch of the list; and search as you type. Without this script the page still works
+// (the search form submits, the list shows what was there when it loaded).
+"use strict";
+
+(() => {
+  const list = document.getElementById("messages");
+  if (!list) return;
+  const live = document.getElementById("live");
+  const count = document.getElementById("count");
+  const empty = document.getElementById("empty");
+  const search = document.getElementById("q");
+  let version = list.dataset.version;
+  let fetching = false;
+  let again = false;
+
+  const plural = (n) => `${n} message${n === 1 ? "" : "s"}`;
+  const pad = (n) => String(n).padStart(2, "0");
+
+  function item(message) {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    a.className = "message";
+    a.href = `/dev/inbox/${message.number}`;
+    const subject = document.createElement("span");
+    subject.className = "subject";
+    subject.textContent = message.subject || "(no subject)";
+    const who = document.createElement("span");
+    who.className = "who";
+    who.textContent = `To ${message.to.join(", ")}`;
+    const time = document.createElement("time");
+    const at = new Date(message.received_at);
+    time.dateTime = message.received_at;
+    time.textContent = `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`;
+    a.append(subject, who, time);
+    if (message.link) {
+      const badge = document.createElement("span");
+      badge.className = "badge";
+      badge.textContent = "link";
+      a.append(badge);
+    }
+    li.append(a);
+    return li;
+  }
+
+  function render(body, query) {
+    const before = list.children.length;
+    list.replaceChildren(...body.messages.map(item));
+    count.textContent = plural(body.total) + (query ? ` · ${body.messages.length} shown` : "");
+    empty.hidden = body.messages.length > 0;
+    if (query) {
+      empty.textContent = `No message to or from an address containing “${query}”.`;
+    } else {
+      const start = document.createElement("a");
+      start.href = "/";
+      start.textContent = "start page";
+      empty.replaceChildren(
+        "No mail yet. Ask for a verification (see the walk on the ",
+        start,
+        ") and it appears here by itself.",
+      );
+    }
+    const added = body.messages.length - before;
+    if (added > 0 && !query) live.textContent = `${plural(added)} arrived.`;
+  }
+
+  // At most one fetch in flight; changes during it cause exactly one more.
+  async function refresh() {
+    if (fetching) {
+      again = true;
+      return;
+    }
+    fetching = true;
+    try {
+      do {
+        again = false;
+        const query = search.value.trim();
+        const response = await fetch(`/dev/inbox.json?q=${encodeURIComponent(query)}`, {
+          cache: "no-store",
+        });
+        if (!response.ok) break;
+        const messages = await response.json();
+        const total = Number(response.headers.get("X-Inbox-Total") ?? messages.length);
+        render({ messages, total }, query);
+      } while (again);
+    } catch {
+      live.textContent = "Could not reach notifier dev; retrying when it is back.";
+    } finally {
+      fetching = false;
+    }
+  }
+
+  const events = new EventSource("/dev/inbox/events");
+  events.addEventListener("inbox", (event) => {
+    if (event.data !== version) {
+      version = event.data;
+      refresh();
+    }
+  });
+  events.addEventListener("open", () => {
+    live.textContent = "Live: new mail appears by itself.";
+    list.dataset.live = "true";
+  });
+  events.addEventListener("error", () => {
+    live.textContent = "Reconnecting to notifier dev…";
+    list.dataset.live = "false";
+  });
+
+  let typing = 0;
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      const query = search.value.trim();
+      const url = query ? `?q=${encodeURIComponent(query)}` : location.pathname;
+      history.replaceState(null, "", url);
+      refresh();
+    }, 150);
+  });
+  search.form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    clearTimeout(typing);
+    refresh();
+  });
+})();

@@ -1,0 +1,130 @@
+"""Screenshots of what people see: the email's HTML part at 600 and 390 px, and the dev pages
+at 1280 and 390 px, each in light and dark. They are written to $NOTIFIER_SCREENSHOTS (or a
+temporary folder), which the test prints; docs/screenshots/ holds the email's, made so:
+
+    NOTIFIER_SCREENSHOTS=docs/screenshots pytest tests/acceptance/test_screenshots.py -k email
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import httpx
+import pytest
+from playwright.async_api import Browser, Page
+
+from notifier.messages import Templates
+from tests.support.browser import WAIT_SECONDS, inbox_holding, request_verification
+from tests.support.looks import horizontal_overflow, low_contrast
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
+
+Scheme = Literal["light", "dark"]
+SCHEMES: tuple[Scheme, ...] = ("light", "dark")
+ISSUED = datetime(2025, 6, 1, 11, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def shots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    folder = Path(os.environ.get("NOTIFIER_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    with capsys.disabled():
+        print(f"\nscreenshots: {folder.resolve()}")
+    return folder
+
+
+def email_html(locale: str = "en") -> str:
+    templates = Templates.load(None, product_name="Acme")
+    message = templates.compose(
+        message_id="<verify.example@acme.test>",
+        sender="noreply@acme.test",
+        recipient="ada@example.com",
+        link="https://app.acme.test/verify?token=k1.Tq3n0r5vXw8yZ2aB4cD6eF8gH0iJ2kL4mN6oP8qR0sT",
+        expires_at=ISSUED + timedelta(hours=1),
+        purpose="signup",
+        now=ISSUED + timedelta(seconds=2),
+        issued_at=ISSUED,
+        locale=locale,
+    )
+    return message.html
+
+
+async def shoot(browser: Browser, width: int, scheme: Scheme, height: int = 300) -> Page:
+    """A page `width` px wide; full-page screenshots grow from `height` to fit the content."""
+    context = await browser.new_context(
+        viewport={"width": width, "height": height}, color_scheme=scheme, device_scale_factor=1
+    )
+    return await context.new_page()
+
+
+@pytest.mark.parametrize("locale", ["en", "de"])
+async def test_email_html_part_screenshots_at_600_and_390_px(
+    browser: Browser, shots: Path, locale: str
+) -> None:
+    html = email_html(locale)
+    suffix = "" if locale == "en" else f"-{locale}"
+    for width in (600, 390):
+        for scheme in SCHEMES:
+            page = await shoot(browser, width, scheme)
+            await page.set_content(html)
+            path = shots / f"email-{width}-{scheme}{suffix}.png"
+            await page.screenshot(path=path, full_page=True)
+            assert path.stat().st_size > 10_000
+            assert await horizontal_overflow(page) == 0, (width, scheme)
+            await page.context.close()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("width", [600, 390])
+async def test_email_html_part_text_has_enough_contrast(
+    browser: Browser, scheme: Scheme, width: int
+) -> None:
+    page = await shoot(browser, width, scheme)
+    await page.set_content(email_html())
+    assert await low_contrast(page) == []
+    await page.context.close()
+
+
+async def test_email_button_spans_a_phone_screen_and_is_easy_to_tap(browser: Browser) -> None:
+    page = await shoot(browser, 390, "light")
+    await page.set_content(email_html())
+    button = await page.get_by_role("link", name="Confirm my email address").bounding_box()
+    card = await page.locator("td.card").bounding_box()
+    assert button is not None and card is not None
+    assert button["height"] >= 44  # a comfortable touch target
+    assert button["width"] >= card["width"] - 2 * 24  # the card's padding, and no more
+    await page.context.close()
+
+
+async def test_dev_page_screenshots_at_1280_and_390_px(
+    browser: Browser, api: httpx.AsyncClient, dev_url: str, shots: Path
+) -> None:
+    await request_verification(api, "ada@example.com")
+    await request_verification(api, "grace.hopper@example.org", locale="de")
+    await request_verification(api, "linus@example.net")
+    with anyio.fail_after(WAIT_SECONDS):
+        newest, *_ = await inbox_holding(api, 3)
+    number = newest["number"]
+    pages = {
+        "landing": "/",
+        "inbox": "/dev/inbox",
+        "message": f"/dev/inbox/{number}",
+        "message-text": f"/dev/inbox/{number}?view=text",
+        "message-headers": f"/dev/inbox/{number}?view=headers",
+        "not-found": "/dev/inbox/999999",
+    }
+    for width in (1280, 390):
+        for scheme in SCHEMES:
+            page = await shoot(browser, width, scheme, height=800)
+            for name, path in pages.items():
+                await page.goto(dev_url + path)
+                if name == "inbox":
+                    await page.wait_for_selector("#messages[data-live=true]")
+                file = shots / f"dev-{name}-{width}-{scheme}.png"
+                await page.screenshot(path=file, full_page=True)
+                assert file.stat().st_size > 5_000
+            await page.context.close()

@@ -1,0 +1,135 @@
+"""A request's locale: validated, kept on the verification, handed to the worker by the claim,
+and honoured by the email, the API and the resend button alike."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import uuid
+from collections.abc import AsyncIterator
+from email.message import EmailMessage
+
+import anyio
+import asyncpg
+import pytest
+
+import notifier
+from notifier.tokens import TokenKeys
+from notifier.verifications import IdempotencyConflict, InvalidRequest
+from tests.support.apps import Clients, serve
+from tests.support.deliveries import enqueue, expire_verification, policy_for_tests
+from tests.support.smtp_server import SmtpServer
+from tests.support.workers import running_worker
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 15  # seconds any single expectation may take before the test fails
+
+
+@pytest.fixture
+async def apps(pool: asyncpg.Pool, keys: TokenKeys) -> AsyncIterator[Clients]:
+    async with serve(pool, policy_for_tests(keys)) as clients:
+        yield clients
+
+
+async def stored_locales(db: asyncpg.Connection) -> list[str | None]:
+    rows = await db.fetch("SELECT locale FROM notifier.verifications ORDER BY created_at")
+    return [r["locale"] for r in rows]
+
+
+def parsed(content: bytes) -> EmailMessage:
+    message = email.message_from_bytes(content, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+async def test_a_requests_locale_is_kept_in_its_normal_form(
+    db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    await enqueue(db, keys, "a@example.com", locale="pt_br")
+    await enqueue(db, keys, "b@example.com")
+    assert await stored_locales(db) == ["pt-BR", None]
+
+
+@pytest.mark.parametrize("locale", ["x", "english please", "de\r\nBcc: x", "de-" + "a" * 40])
+async def test_a_malformed_locale_is_refused_and_writes_nothing(
+    db: asyncpg.Connection, keys: TokenKeys, locale: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        await enqueue(db, keys, locale=locale)
+    assert refused.value.field == "locale"
+    assert await stored_locales(db) == []
+
+
+async def test_the_same_idempotency_key_with_another_locale_is_a_conflict(
+    db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    policy = policy_for_tests(keys)
+    request = {"user_id": "u1", "email": "a@example.com", "idempotency_key": "k1"}
+    await notifier.request_verification(db, **request, locale="de", policy=policy)
+    again = await notifier.request_verification(db, **request, locale="de", policy=policy)
+    assert again.replayed
+    with pytest.raises(IdempotencyConflict):
+        await notifier.request_verification(db, **request, locale="fr", policy=policy)
+
+
+async def test_a_german_request_is_delivered_in_german_stating_the_links_hour(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        await enqueue(db, keys, "leser@example.com", locale="de-AT", ttl_seconds=3600)
+        with anyio.fail_after(WAIT):
+            await worker.signals.wait_for(lambda s: len(s.of("completed")) >= 1)
+    [received] = smtp_server.received
+    message = parsed(received.content)
+    assert str(message["Subject"]).startswith("Bestätigen Sie Ihre E-Mail-Adresse")
+    text = message.get_body(("plain",))
+    html = message.get_body(("html",))
+    assert text is not None and html is not None
+    assert "Der Link ist 60 Minuten gültig" in text.get_content()
+    assert '<html lang="de"' in html.get_content()
+
+
+async def test_claim_v1_still_serves_workers_of_the_previous_release(
+    db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    enqueued = await enqueue(db, keys, locale="de")
+    rows = await db.fetch(
+        "SELECT * FROM notifier.claim_v1($1::bigint[], 'old-worker', 30, 'sweep')",
+        [enqueued.outbox_id],
+    )
+    assert [(r["id"], r["fate"]) for r in rows] == [(enqueued.outbox_id, "send")]
+    assert "locale" not in list(rows[0].keys())
+
+
+async def test_the_api_takes_a_locale_and_refuses_a_malformed_one(
+    apps: Clients, db: asyncpg.Connection
+) -> None:
+    api = apps.internal
+    body = {"user_id": "u1", "email": "a@example.com", "locale": "de"}
+    accepted = await api.post("/v1/verifications", json=body, headers={"Idempotency-Key": "1"})
+    assert accepted.status_code == 202, accepted.text
+    body["locale"] = "de<script>"
+    refused = await api.post("/v1/verifications", json=body, headers={"Idempotency-Key": "2"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["fields"] == ["locale"]
+    assert await stored_locales(db) == ["de"]
+
+
+async def test_a_fresh_link_asked_for_from_an_expired_one_keeps_its_language(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    enqueued = await enqueue(db, keys, "leser@example.com", locale="de")
+    row = await db.fetchrow(
+        "SELECT id, token_key_id, token_nonce FROM notifier.verifications WHERE id = $1",
+        enqueued.id,
+    )
+    token = keys.derive(row["token_key_id"], row["id"], bytes(row["token_nonce"]))
+    await expire_verification(db, enqueued.outbox_id)
+    resent = await apps.public.post("/verify/resend", data={"token": token})
+    assert resent.status_code == 202, resent.text
+    assert await stored_locales(db) == ["de", "de"]
+    newest = await db.fetchval(
+        "SELECT id FROM notifier.verifications ORDER BY created_at DESC LIMIT 1"
+    )
+    assert isinstance(newest, uuid.UUID) and newest != enqueued.id
