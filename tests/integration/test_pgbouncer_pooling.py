@@ -132,8 +132,8 @@ async def test_pgbouncer_transaction_mode_cleanup_leaves_no_lock_behind(
         pool = await create_pool(pooled.transaction, statement_cache_size=0)
         try:
             settings = RetentionSettings(scrub_after=86400.0, retention=30 * 86400.0, batch=2)
-            first = await cleanup(pool, settings)
-            second = await cleanup(pool, settings)
+            first = await cleanup(pool, settings, 3600.0)
+            second = await cleanup(pool, settings, 3600.0)
         finally:
             await pool.close()
         held = await db.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")

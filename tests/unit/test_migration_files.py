@@ -9,6 +9,7 @@ import pytest
 from notifier import migrations
 from notifier.errors import MigrationError
 
+
 def test_shipped_migrations_are_numbered_from_one_without_gaps() -> None:
     versions = [m.version for m in migrations.discover()]
     assert versions == list(range(1, versions[-1] + 1))
