@@ -48,6 +48,9 @@ def make_trust_cluster(data_dir: Path) -> str:
         entry = ensure_user_exists(SERVER_USER)
         assert entry is not None
         ensure_prefix_permissions(pgdata)
+        # The server's user must reach the binaries too: a virtualenv in a private temporary
+        # directory (as CI makes one) is closed to it until then.
+        ensure_prefix_permissions(bin_dir / "initdb")
         for path in (pgdata, log_file):
             os.chown(path, entry.pw_uid, entry.pw_gid)
         pgdata.chmod(0o700)
