@@ -40,6 +40,7 @@ from notifier.runner import (
     keep_key_usage,
     stop_on_signals,
 )
+from notifier.settings_spec import is_set
 from notifier.signals import Signals
 from notifier.telemetry import Telemetry, WorkerMetrics
 from notifier.verifications import Policy
@@ -119,7 +120,9 @@ async def run_dev(
     database = DatabaseSettings.from_env()
     env_tokens = TokenSettings.from_env(required=False, strict=False)
     public_url = (
-        os.environ.get("NOTIFIER_PUBLIC_URL") or f"http://{api.public_host}:{api.public_port}"
+        env_tokens.public_url
+        if is_set(TokenSettings, "public_url")
+        else f"http://{api.public_host}:{api.public_port}"
     )
     tokens = dataclasses.replace(
         env_tokens,
@@ -156,7 +159,6 @@ async def run_dev(
     policy = Policy.from_settings(
         tokens,
         RequestSettings.from_env(),
-        max_attempts=worker_config.worker.max_attempts,
         message_id_domain=smtp.id_domain,
     )
     telemetry = Telemetry.configure("notifier-dev", prometheus=True)

@@ -8,7 +8,6 @@ API always serves Prometheus text on /metrics from its own reader.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from notifier.redact import redact_text
+from notifier.settings_spec import environment
 from notifier.version import __version__
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class Telemetry:
         OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are honoured (Resource.create reads
         them); `service_name` is only the default.
         """
-        env = os.environ if env is None else env
+        env = environment() if env is None else env
         telemetry = cls()
         otlp = otlp_configured(env)
         if not otlp and not prometheus:

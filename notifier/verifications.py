@@ -9,7 +9,6 @@ verifications for the same recipient, all inside one transaction on the caller's
 from __future__ import annotations
 
 import hmac
-import os
 import re
 import secrets
 import uuid
@@ -27,11 +26,11 @@ from notifier.config import (
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
-    WorkerSettings,
 )
 from notifier.errors import NotifierError
 from notifier.locales import normalize_locale
 from notifier.queries import sql
+from notifier.settings_spec import value_of
 from notifier.telemetry import inject_current, producer_span
 from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
 
@@ -117,8 +116,6 @@ class Policy:
     keys: TokenKeys
     # NOTIFIER_TOKEN_TTL: seconds a link stays valid.
     ttl_seconds: float
-    # NOTIFIER_MAX_ATTEMPTS: stored on each new outbox row.
-    max_attempts: int
     # The Message-ID domain (NOTIFIER_MESSAGE_ID_DOMAIN, else the From address's domain).
     message_id_domain: str
     # Idempotency-key lifetime, the limits and how mailboxes are told apart.
@@ -129,13 +126,13 @@ class Policy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
-        env = os.environ if env is None else env
+        """The policy the environment configures, reading only the settings it uses."""
         return cls.from_settings(
             TokenSettings.from_env(env),
             RequestSettings.from_env(env),
-            max_attempts=WorkerSettings.from_env(env).max_attempts,
-            message_id_domain=SmtpSettings.from_env(env).id_domain,
-            resend_horizon=RetentionSettings.from_env(env).scrub_after,
+            message_id_domain=value_of(SmtpSettings, "message_id_domain", env)
+            or value_of(SmtpSettings, "mail_from", env).rpartition("@")[2],
+            resend_horizon=value_of(RetentionSettings, "scrub_after", env),
         )
 
     @classmethod
@@ -144,14 +141,12 @@ class Policy:
         tokens: TokenSettings,
         limits: RequestSettings,
         *,
-        max_attempts: int,
         message_id_domain: str,
         resend_horizon: float = RetentionSettings().scrub_after,
     ) -> Policy:
         return cls(
             keys=TokenKeys(tokens.secrets),
             ttl_seconds=tokens.ttl_seconds,
-            max_attempts=max_attempts,
             message_id_domain=message_id_domain,
             limits=limits,
             resend_horizon=resend_horizon,
@@ -437,7 +432,7 @@ async def _insert(
         issued.token_hash,
         policy.ttl_seconds,
         message_id_for(verification_id, policy.message_id_domain),
-        policy.max_attempts,
+        policy.limits.max_attempts,
         traceparent,
         tracestate,
         idempotency_key,
