@@ -11,24 +11,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
+from notifier.outcomes import AttemptOutcome, Discovery, Fate, Sendability
 from notifier.queries import sql
-
-Discovery = Literal["notify", "sweep", "retry_timer", "expired_lease", "poll"]
-# What a claim did with a row: hand it out for sending, or settle it on the spot.
-Fate = Literal["send", "expired", "superseded", "verified", "exhausted"]
-AttemptOutcome = Literal[
-    "sent",
-    "transient",
-    "permanent",
-    "unknown",
-    "expired",
-    "superseded",
-    "verified",
-    "lease_lost",
-]
-VerificationState = Literal["live", "expired", "superseded", "verified"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +70,6 @@ class Held:
 
     id: int
     token: uuid.UUID
-
-
-@dataclass(frozen=True, slots=True)
-class Sendability:
-    """The gate's answer for one row just before DATA."""
-
-    lease_held: bool
-    verification: VerificationState | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,16 +26,11 @@ from aiosmtplib import (
 
 from notifier.config import SmtpSettings, TransportKind
 from notifier.messages import OutgoingMessage
+from notifier.outcomes import Refusal, SendOutcome
 from notifier.redact import redact_text
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["sent", "transient", "permanent", "unknown", "aborted"]
-# Whose problem a permanent refusal is, which decides what it does beyond failing the one
-# delivery (invariant 11): only the recipient's own mailbox (unknown, disabled, full)
-# suppresses the address; our configuration or content (a refused sender, a policy or
-# content rejection) alerts the operator instead; anything else just fails the delivery.
-Refusal = Literal["recipient", "configuration", "message"]
 
 # A gate says, immediately before DATA, whether the message may still go out (the worker
 # re-checks its lease and the token's expiry). False, or an exception, means it may not.
@@ -66,7 +61,7 @@ _SENDER_ADDRESS_DETAILS = frozenset({7, 8})
 class SendResult:
     """How one send ended, and the evidence for it."""
 
-    outcome: Outcome
+    outcome: SendOutcome
     # The SMTP reply code that decided the outcome, when the server replied.
     code: int | None
     # The server's reply text (or, when it never replied, what went wrong), redacted with
@@ -379,7 +374,7 @@ class SmtpTransport:
         # What is left is the connection failing us: a refused or lost connection, a
         # timeout, a reply that does not parse. Before the body that is simply worth another
         # try; once the body may have reached the server, nobody knows whether it was kept.
-        outcome: Outcome = "unknown" if body_sent else "transient"
+        outcome: SendOutcome = "unknown" if body_sent else "transient"
         return _result(
             outcome, started, code=code, reply=text or _describe(exc), body_sent=body_sent
         )
@@ -514,7 +509,7 @@ async def _ask(gate: Gate) -> bool:
 
 
 def _result(
-    outcome: Outcome,
+    outcome: SendOutcome,
     started: float,
     *,
     code: int | None = None,

@@ -369,6 +369,8 @@ WITH input AS (
     JOIN notifier.verifications v ON v.id = o.verification_id
     FOR UPDATE OF o
 ), decided AS (
+    -- The next status: mirrors notifier.outcomes.settle, case for case (and
+    -- tests/integration/test_outcomes_sql.py runs both over every case).
     SELECT i.*, h.attempts, h.unknown_outcomes,
            CASE
                WHEN i.outcome IN ('sent', 'verified') THEN 'sent'

@@ -29,14 +29,11 @@ from notifier.config import (
 )
 from notifier.errors import NotifierError
 from notifier.locales import normalize_locale
+from notifier.outcomes import ConfirmOutcome, DeliveryStatus
 from notifier.queries import sql
 from notifier.settings_spec import value_of
 from notifier.telemetry import inject_current, producer_span
 from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
-
-DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired"]
-# "ready": a live link seen without confirming it (GET /verify shows the Confirm button).
-ConfirmOutcome = Literal["verified", "already_verified", "expired", "invalid", "ready"]
 
 USER_ID_MAX_CHARS = 200
 IDEMPOTENCY_KEY_MAX_CHARS = 255

@@ -27,18 +27,11 @@ from notifier.addresses import envelope_recipient
 from notifier.batching import Batcher
 from notifier.config import WorkerSettings
 from notifier.intake import Intake
-from notifier.leases import (
-    Claimed,
-    Completed,
-    Completion,
-    Discovery,
-    Held,
-    Leases,
-    Sendability,
-)
+from notifier.leases import Claimed, Completed, Completion, Held, Leases
 from notifier.listener import Listener
 from notifier.mailer import SendResult, Transport
 from notifier.messages import Templates
+from notifier.outcomes import AttemptOutcome, Discovery, Sendability, judge
 from notifier.retries import Backoff
 from notifier.signals import Signals
 from notifier.telemetry import (
@@ -366,18 +359,6 @@ class Worker:
     async def _attempt(self, flight: _Flight) -> Completion:
         row = flight.row
         started = time.monotonic()
-
-        def ended(**fields: Any) -> Completion:
-            return Completion(
-                id=row.id,
-                token=flight.token,
-                attempt=row.attempt,
-                discovered_by=row.discovered_by,
-                claimed_at=row.claimed_at,
-                duration_ms=(time.monotonic() - started) * 1000,
-                **fields,
-            )
-
         try:
             token = self.keys.derive(row.token_key_id, row.verification_id, row.token_nonce)
         except UnknownKeyError as exc:
@@ -391,10 +372,12 @@ class Worker:
                 exc.key_id,
             )
             self.signals.emit("unknown_token_key", id=row.id, key_id=exc.key_id)
-            return ended(
-                outcome="transient",
+            return self._ended(
+                flight,
+                started,
+                "transient",
+                retry=True,
                 detail=f"{exc}; retried until the link expires",
-                retry_delay=self.backoff.delay(row.attempt),
             )
         # An ASCII local part at an internationalised domain goes out with the punycode
         # domain, so any server takes it; only a non-ASCII local part needs SMTPUTF8.
@@ -445,50 +428,68 @@ class Worker:
                     send_span.set_attribute("error.type", result.outcome)
         flight.scope = None
         if scope.cancelled_caught:
-            return ended(
-                outcome="lease_lost", detail="the lease was lost before the message was sent"
+            return self._ended(
+                flight,
+                started,
+                "lease_lost",
+                detail="the lease was lost before the message was sent",
             )
-        return self._judge(result, answer, ended, row)
+        return self._judged(flight, started, result, answer)
 
-    def _judge(
-        self, result: SendResult, answer: Sendability | None, ended: Any, row: Claimed
+    def _judged(
+        self, flight: _Flight, started: float, result: SendResult, gate: Sendability | None
     ) -> Completion:
-        detail = result.reply
-        if result.code is not None:
+        """The completion the transport's result and the gate's answer call for
+        (outcomes.judge decides; this records it)."""
+        judgement = judge(result.outcome, result.refusal, gate)
+        if judgement.configuration_problem:
+            self.signals.emit("configuration_problem", id=flight.row.id, code=result.code)
+        if result.outcome == "aborted" and not judgement.retry:
+            # The gate said no: the mail server was told nothing worth keeping.
+            gone = judgement.outcome == "lease_lost"
+            detail = "the lease was gone at the pre-send check" if gone else None
+            return self._ended(flight, started, judgement.outcome, detail=detail)
+        return self._ended(
+            flight,
+            started,
+            judgement.outcome,
+            retry=judgement.retry,
+            result=result,
+            suppress=judgement.suppress,
+        )
+
+    def _ended(
+        self,
+        flight: _Flight,
+        started: float,
+        outcome: AttemptOutcome,
+        *,
+        retry: bool = False,
+        detail: str | None = None,
+        result: SendResult | None = None,
+        suppress: bool = False,
+    ) -> Completion:
+        """How the attempt on `flight` ended, with the transport's evidence if it has any."""
+        row = flight.row
+        if detail is None and result is not None:
             # Stored as support staff read it in a bounce: "550 5.1.1 <u***@x.com>: ...".
-            detail = f"{result.code} {detail or ''}".strip()
-        common = {
-            "smtp_code": result.code,
-            "detail": detail,
-            "body_sent": result.body_sent,
-            "smtp_seconds": result.duration,
-        }
-        match result.outcome:
-            case "sent":
-                return ended(  # type: ignore[no-any-return]
-                    outcome="sent", provider_message_id=result.provider_message_id, **common
-                )
-            case "permanent":
-                if result.refusal == "configuration":
-                    self.signals.emit("configuration_problem", id=row.id, code=result.code)
-                return ended(  # type: ignore[no-any-return]
-                    outcome="permanent", suppress=result.refusal == "recipient", **common
-                )
-            case "transient" | "unknown":
-                return ended(  # type: ignore[no-any-return]
-                    outcome=result.outcome, retry_delay=self.backoff.delay(row.attempt), **common
-                )
-            case "aborted":
-                if answer is None or not answer.lease_held or answer.verification is None:
-                    return ended(  # type: ignore[no-any-return]
-                        outcome="lease_lost", detail="the lease was gone at the pre-send check"
-                    )
-                if answer.verification == "live":
-                    # The gate said yes but the transport aborted anyway; treat as transient.
-                    return ended(  # type: ignore[no-any-return]
-                        outcome="transient", retry_delay=self.backoff.delay(row.attempt), **common
-                    )
-                return ended(outcome=answer.verification)  # type: ignore[no-any-return]
+            detail = f"{result.code or ''} {result.reply or ''}".strip() or None
+        return Completion(
+            id=row.id,
+            token=flight.token,
+            attempt=row.attempt,
+            discovered_by=row.discovered_by,
+            claimed_at=row.claimed_at,
+            duration_ms=(time.monotonic() - started) * 1000,
+            outcome=outcome,
+            retry_delay=self.backoff.delay(row.attempt) if retry else 0.0,
+            smtp_code=None if result is None else result.code,
+            detail=detail,
+            provider_message_id=None if result is None else result.provider_message_id,
+            body_sent=False if result is None else result.body_sent,
+            smtp_seconds=None if result is None else result.duration,
+            suppress=suppress,
+        )
 
     async def _complete(self, completion: Completion) -> None:
         done: Completed | None = None
