@@ -30,6 +30,7 @@ from notifier.config import (
 )
 from notifier.database import connect, create_pool
 from notifier.errors import ConfigError
+from notifier.events import Events
 from notifier.inbox import INBOX_DIRECTORY, Inbox
 from notifier.mailer import SmtpTransport
 from notifier.messages import Templates
@@ -41,7 +42,6 @@ from notifier.runner import (
     stop_on_signals,
 )
 from notifier.settings_spec import is_set
-from notifier.signals import Signals
 from notifier.telemetry import Telemetry, WorkerMetrics
 from notifier.verifications import Policy
 from notifier.web import Services
@@ -173,9 +173,7 @@ async def run_dev(
             internal_routes=inbox.routes,
             hosts=None if allow_remote else LOOPBACK_NAMES,
         )
-        signals = Signals()
-        signals.subscribe(WorkerMetrics())
-        worker = build_worker(url, pool, worker_config, transport, signals)
+        worker = build_worker(url, pool, worker_config, transport, Events(WorkerMetrics()))
         internal = listeners[0].url
         async with anyio.create_task_group() as watcher:
             # The inbox ends its open event streams, or the server would wait on them.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from notifier.outcomes import AttemptOutcome, Discovery, Fate, Sendability
+from notifier.outcomes import AttemptOutcome, DeliveryStatus, Discovery, Fate, Sendability
 from notifier.queries import sql
 
 
@@ -100,7 +100,7 @@ class Completed:
 
     id: int
     lease_held: bool
-    status: str | None
+    status: DeliveryStatus | None
     next_attempt_at: datetime | None
 
 

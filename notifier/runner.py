@@ -28,12 +28,12 @@ from notifier.config import (
 )
 from notifier.database import ONE_SHOT_CACHE, connect, create_pool
 from notifier.errors import MigrationError
+from notifier.events import Events, Observer
 from notifier.httpserver import Listener, http_server, listen
 from notifier.mailer import Transport, transport_from_settings
 from notifier.maintenance import run_periodically
 from notifier.messages import Templates
 from notifier.public import create_public_app
-from notifier.signals import Signals
 from notifier.telemetry import QueueHealth, Telemetry, WorkerMetrics
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
@@ -86,7 +86,7 @@ def build_worker(
     pool: Any,
     config: WorkerConfig,
     transport: Transport,
-    signals: Signals | None = None,
+    observer: Observer | None = None,
 ) -> Worker:
     """A worker whose statements go through `pool` and whose LISTEN goes to `listen_url`."""
     return Worker(
@@ -98,20 +98,21 @@ def build_worker(
         keys=TokenKeys(config.tokens.secrets),
         mail_from=config.smtp.mail_from,
         public_url=config.tokens.public_url,
-        signals=signals,
+        observer=observer,
     )
 
 
-async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = None) -> None:
+async def run_worker(url: str, config: WorkerConfig, observer: Observer | None = None) -> None:
     """Run one worker until SIGTERM or SIGINT; a second signal exits at once."""
     await require_current_schema(url)
     telemetry = Telemetry.configure("notifier-worker")
     pool = await create_pool(url, statement_cache_size=config.database.statement_cache_size)
     transport = transport_from_settings(config.worker.transport, config.smtp)
-    signals = signals or Signals()
-    signals.subscribe(WorkerMetrics())
+    observed = Events(WorkerMetrics(), *([observer] if observer is not None else []))
     try:
-        worker = build_worker(config.database.listen_url_for(url), pool, config, transport, signals)
+        worker = build_worker(
+            config.database.listen_url_for(url), pool, config, transport, observed
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signals, [worker.stop])
             if telemetry.meter_provider is not None:

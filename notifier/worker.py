@@ -23,9 +23,11 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from notifier import events
 from notifier.addresses import envelope_recipient
 from notifier.batching import Batcher
 from notifier.config import WorkerSettings
+from notifier.events import Events, Observer
 from notifier.intake import Intake
 from notifier.leases import Claimed, Completed, Completion, Held, Leases
 from notifier.listener import Listener
@@ -33,7 +35,6 @@ from notifier.mailer import SendResult, Transport
 from notifier.messages import Templates
 from notifier.outcomes import AttemptOutcome, Discovery, Sendability, judge
 from notifier.retries import Backoff
-from notifier.signals import Signals
 from notifier.telemetry import (
     DESTINATION,
     ClaimTrace,
@@ -108,7 +109,7 @@ class Worker:
         mail_from: str,
         public_url: str,
         owner: str | None = None,
-        signals: Signals | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
         self.transport = transport
@@ -116,7 +117,8 @@ class Worker:
         self.keys = keys
         self.mail_from = mail_from
         self.public_url = public_url.rstrip("/")
-        self.signals = signals or Signals()
+        # Told of every step (metrics in production, a recorder in tests); keeps nothing.
+        self.observer: Observer = observer or Events()
         self.leases = Leases(
             pool, owner or default_owner(), settings.lease_seconds, settings.suppression_ttl
         )
@@ -129,7 +131,7 @@ class Worker:
             pool,
             on_ids=self.intake.offer_ids,
             on_connected=lambda: self.intake.request_sweep("sweep"),
-            signals=self.signals,
+            observer=self.observer,
             check_interval=settings.listener_check_interval,
             check_timeout=settings.listener_check_timeout,
         )
@@ -189,12 +191,12 @@ class Worker:
                             self.settings.mode,
                             self.settings.concurrency,
                         )
-                        self.signals.emit("started", owner=self.owner)
+                        self.observer.notice(events.WorkerStarted(self.owner))
                         task_status.started()
                 if self._flights:
                     log.info("claiming stopped; waiting for %d sends in flight", len(self._flights))
             services.cancel_scope.cancel()
-        self.signals.emit("stopped", owner=self.owner)
+        self.observer.notice(events.WorkerStopped(self.owner))
         log.info("worker %s stopped", self.owner)
 
     def stop(self) -> None:
@@ -270,7 +272,7 @@ class Worker:
                 for _ in range(free):
                     slots.release()
                 log.warning("claim failed (%s); sweeping once the database answers", exc)
-                self.signals.emit("claim_failed", error=str(exc))
+                self.observer.notice(events.ClaimFailed(str(exc)))
                 self.intake.request_sweep("sweep")
                 await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
                 continue
@@ -280,7 +282,7 @@ class Worker:
                     sending += 1
                     sends.start_soon(self._deliver, row, claim)
                 else:
-                    self.signals.emit("settled", id=row.id, fate=row.fate)
+                    self.observer.notice(events.Settled(row.id, row.fate))
             for _ in range(free - sending):
                 slots.release()
 
@@ -305,7 +307,7 @@ class Worker:
         claimed = await self._timed_claim(self.leases.claim_due(limit, reason), reason)
         if len(claimed) >= limit:
             self.intake.request_sweep(reason)  # a full batch: more may be waiting
-        self.signals.emit("swept", owner=self.owner, reason=reason, claimed=len(claimed))
+        self.observer.notice(events.Swept(self.owner, reason, len(claimed)))
         for row, _ in claimed:
             self._emit_claimed(row, None)
         return claimed
@@ -324,13 +326,8 @@ class Worker:
         return [(row, _Claim(claim, sent_at)) for row in rows]
 
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
-        self.signals.emit(
-            "claimed",
-            owner=self.owner,
-            id=row.id,
-            discovered_by=row.discovered_by,
-            attempt=row.attempt,
-            waited=waited,
+        self.observer.notice(
+            events.Claimed(self.owner, row.id, row.discovered_by, row.attempt, waited)
         )
 
     # -- sending -----------------------------------------------------------------------------
@@ -371,7 +368,7 @@ class Worker:
                 row.id,
                 exc.key_id,
             )
-            self.signals.emit("unknown_token_key", id=row.id, key_id=exc.key_id)
+            self.observer.notice(events.UnknownTokenKey(row.id, exc.key_id))
             return self._ended(
                 flight,
                 started,
@@ -443,7 +440,7 @@ class Worker:
         (outcomes.judge decides; this records it)."""
         judgement = judge(result.outcome, result.refusal, gate)
         if judgement.configuration_problem:
-            self.signals.emit("configuration_problem", id=flight.row.id, code=result.code)
+            self.observer.notice(events.ConfigurationProblem(flight.row.id, result.code))
         if result.outcome == "aborted" and not judgement.retry:
             # The gate said no: the mail server was told nothing worth keeping.
             gone = judgement.outcome == "lease_lost"
@@ -511,7 +508,7 @@ class Worker:
                             completion.id,
                             exc,
                         )
-                        self.signals.emit("completion_failed", id=completion.id)
+                        self.observer.notice(events.CompletionFailed(completion.id))
                         return
                     await anyio.sleep(delay)
             if span is not None and done is not None:
@@ -525,25 +522,26 @@ class Worker:
                 completion.id,
                 completion.outcome,
             )
-            self.signals.emit("stale_completion", id=completion.id, outcome=completion.outcome)
+            self.observer.notice(events.StaleCompletion(completion.id, completion.outcome))
             return
         if done.status == "pending":
             self._schedule_retry(completion.id, completion.retry_delay)
-        self.signals.emit(
-            "completed",
-            owner=self.owner,
-            id=completion.id,
-            outcome=completion.outcome,
-            status=done.status,
-            attempt=completion.attempt,
-            smtp_seconds=completion.smtp_seconds,
+        self.observer.notice(
+            events.Completed(
+                self.owner,
+                completion.id,
+                completion.outcome,
+                done.status,
+                completion.attempt,
+                completion.smtp_seconds,
+            )
         )
 
     async def _release(self, flight: _Flight) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_SECONDS):
             try:
                 await self.leases.release([Held(flight.row.id, flight.token)])
-                self.signals.emit("released", id=flight.row.id)
+                self.observer.notice(events.Released(flight.row.id))
             except Exception as exc:
                 log.warning(
                     "could not release delivery %d (%s); its lease will expire", flight.row.id, exc
@@ -573,7 +571,7 @@ class Worker:
                     flight.renewed_at = now
                     continue
                 flight.lost = True
-                self.signals.emit("lease_lost", id=flight.row.id, body_sent=flight.body_sent)
+                self.observer.notice(events.LeaseLost(flight.row.id, flight.body_sent))
                 log.warning(
                     "delivery %d: lease lost while in flight%s",
                     flight.row.id,

@@ -13,8 +13,8 @@ import anyio
 import asyncpg
 import pytest
 
+from notifier import events
 from notifier.listener import CHANNEL
-from notifier.signals import Signals
 from notifier.tokens import TokenKeys, hash_token
 from notifier.worker import Worker
 from tests.support.deliveries import (
@@ -25,6 +25,7 @@ from tests.support.deliveries import (
     expire_verification,
     outbox_row,
 )
+from tests.support.recorder import Recorder, recorded
 from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
 from tests.support.workers import PUBLIC_URL, running_worker
 
@@ -34,7 +35,9 @@ WAIT = 15  # seconds any single expectation may take before the test fails
 
 
 def completed(worker: Worker, count: int) -> Any:
-    return worker.signals.wait_for(lambda s: len(s.of("completed")) + len(s.of("settled")) >= count)
+    return recorded(worker).wait_for(
+        lambda s: len(s.of(events.Completed)) + len(s.of(events.Settled)) >= count
+    )
 
 
 def link_token(content: bytes) -> str:
@@ -93,16 +96,16 @@ async def test_two_workers_racing_over_1000_rows_never_both_send_one_row(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
     smtp = smtp_server.settings(pool_size=8)
-    shared = Signals()
+    shared = Recorder()
     async with (
-        running_worker(database_url, keys, smtp, name="a", signals=shared) as a,
-        running_worker(database_url, keys, smtp, name="b", signals=shared) as b,
+        running_worker(database_url, keys, smtp, name="a", recorder=shared) as a,
+        running_worker(database_url, keys, smtp, name="b", recorder=shared) as b,
     ):
         # Enqueued while both listen, so both are told about every row and race for each.
         for start in range(0, 1000, 100):
             await enqueue_many(db, keys, 100, prefix=f"race{start}-")
         with anyio.fail_after(60):
-            await shared.wait_for_kind("completed", 1000)
+            await shared.wait_for_kind(events.Completed, 1000)
     assert await statuses(db) == Counter(sent=1000)
     ids = Counter(r.message_id for r in smtp_server.received)
     assert len(ids) == 1000
@@ -150,10 +153,10 @@ async def test_killed_listener_reconnects_sweeps_and_loses_nothing(
         # Committed while nobody listens: these notifications are gone for good.
         await enqueue_many(db, keys, 10, prefix="missed")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("listener_connected", 2)
+            await recorded(worker).wait_for_kind(events.ListenerConnected, 2)
             await completed(worker, 10)
         assert worker.listener.connection.get_server_pid() != pid
-    assert worker.signals.of("listener_lost")
+    assert recorded(worker).of(events.ListenerLost)
     assert await statuses(db) == Counter(sent=10)
 
 
@@ -164,9 +167,9 @@ async def test_silent_listener_is_detected_by_its_round_trip_and_replaced(
         # What a transaction-mode pooler does: the session looks fine but hears nothing.
         await worker.listener.connection.execute(f"UNLISTEN {CHANNEL}")
         with anyio.fail_after(WAIT):
-            [lost] = await worker.signals.wait_for_kind("listener_lost")
-            await worker.signals.wait_for_kind("listener_connected", 2)
-        assert "self-notification" in lost.data["reason"]
+            [lost] = await recorded(worker).wait_for_kind(events.ListenerLost)
+            await recorded(worker).wait_for_kind(events.ListenerConnected, 2)
+        assert "self-notification" in lost.reason
         enqueued = await enqueue(db, keys)
         with anyio.fail_after(WAIT):
             await completed(worker, 1)
@@ -180,11 +183,11 @@ async def test_malformed_payloads_are_ignored_and_listening_goes_on(
         for junk in ("not json", '{"v": 1, "ids": ["x"]}', '{"v": 9}', ""):
             await db.execute("SELECT pg_notify($1, $2)", CHANNEL, junk)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("malformed_payload", 4)
+            await recorded(worker).wait_for_kind(events.MalformedPayload, 4)
         await enqueue(db, keys)
         with anyio.fail_after(WAIT):
             await completed(worker, 1)
-    assert worker.signals.of("listener_lost") == []
+    assert recorded(worker).of(events.ListenerLost) == []
 
 
 async def test_transient_replies_are_retried_with_backoff_until_sent(
@@ -194,8 +197,8 @@ async def test_transient_replies_are_retried_with_backoff_until_sent(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "flaky@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "sent" for e in s.of(events.Completed))
             )
     attempts = await attempts_of(db, enqueued.outbox_id)
     assert [(a["attempt"], a["outcome"], a["smtp_code"]) for a in attempts] == [
@@ -244,8 +247,8 @@ async def test_retries_stop_at_max_attempts(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "busy@example.com", max_attempts=3)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "failed" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "failed" for e in s.of(events.Completed))
             )
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"]) == ("failed", 3)
@@ -259,8 +262,8 @@ async def test_unknown_outcome_is_retried_under_the_same_message_id(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "maybe@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "sent" for e in s.of(events.Completed))
             )
     copies = smtp_server.kept
     assert len(copies) == 2 and copies[0].message_id == copies[1].message_id
@@ -276,7 +279,7 @@ async def test_expired_verification_is_never_sent(
     await expire_verification(db, enqueued.outbox_id)
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("settled")
+            await recorded(worker).wait_for_kind(events.Settled)
     assert smtp_server.received == []
     assert (await outbox_row(db, enqueued.outbox_id))["status"] == "expired"
 
@@ -290,10 +293,10 @@ async def test_an_old_retry_that_comes_due_after_expiry_is_never_sent(
     ) as worker:
         enqueued = await enqueue(db, keys, "late@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("completed")
+            await recorded(worker).wait_for_kind(events.Completed)
         await expire_verification(db, enqueued.outbox_id)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("settled")
+            await recorded(worker).wait_for_kind(events.Settled)
     assert smtp_server.received == []  # the 4xx came at RCPT: no body ever went out
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"]) == ("expired", 1)
@@ -308,7 +311,7 @@ async def test_superseded_verification_is_never_sent(
     )
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("settled")
+            await recorded(worker).wait_for_kind(events.Settled)
     assert smtp_server.received == []
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["last_outcome"]) == ("expired", "superseded")
@@ -336,30 +339,30 @@ async def test_lease_renewal_keeps_a_slow_send_owned(
 ) -> None:
     smtp_server.plan("slow@example.com", SlowData(3.0))  # three one-second leases long
     smtp = smtp_server.settings(data_timeout=10.0)
-    shared = Signals()
+    shared = Recorder()
     async with (
-        running_worker(database_url, keys, smtp, name="a", signals=shared, lease_seconds=1.0),
+        running_worker(database_url, keys, smtp, name="a", recorder=shared, lease_seconds=1.0),
         # Sweeping constantly, either would take the row the moment the other's lease ran out.
         running_worker(
             database_url,
             keys,
             smtp,
             name="b",
-            signals=shared,
+            recorder=shared,
             lease_seconds=1.0,
             sweep_interval=0.05,
         ),
     ):
         enqueued = await enqueue(db, keys, "slow@example.com")
         with anyio.fail_after(WAIT):
-            [done] = await shared.wait_for_kind("completed")
+            [done] = await shared.wait_for_kind(events.Completed)
     assert len(smtp_server.received) == 1
     attempts = await attempts_of(db, enqueued.outbox_id)
     assert [(r["outcome"], r["lease_held"], r["lease_owner"]) for r in attempts] == [
-        ("sent", True, done.data["owner"])
+        ("sent", True, done.owner)
     ]
-    assert [e.data["owner"] for e in shared.of("claimed")] == [done.data["owner"]]
-    assert shared.of("lease_lost") == []
+    assert [e.owner for e in shared.of(events.Claimed)] == [done.owner]
+    assert shared.of(events.LeaseLost) == []
 
 
 async def test_clean_shutdown_finishes_sends_in_flight_and_leaves_no_lease(
@@ -372,7 +375,7 @@ async def test_clean_shutdown_finishes_sends_in_flight_and_leaves_no_lease(
             for n in range(3):
                 await enqueue(db, keys, f"inflight{n}@example.com", user_id=f"u{n}")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(lambda s: worker.in_flight == 3)
+            await recorded(worker).wait_for(lambda s: worker.in_flight == 3)
         worker.stop()
     assert await statuses(db) == Counter(sent=3)
     assert len(smtp_server.kept) == 3
@@ -390,7 +393,7 @@ async def test_shutdown_past_its_grace_releases_unsent_rows_uncounted(
         await hold.wait_reached()
         worker.stop()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("released")
+            await recorded(worker).wait_for_kind(events.Released)
     hold.release.set()
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
@@ -412,8 +415,8 @@ async def test_worker_that_lost_its_lease_before_the_body_abandons_the_send(
         await expire_lease(db, enqueued.outbox_id)  # as if the worker had stalled that long
         hold.release.set()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "sent" for e in s.of(events.Completed))
             )
     attempts = await attempts_of(db, enqueued.outbox_id)
     # The first attempt stopped at the pre-DATA check; only the retry's body went out.
@@ -429,22 +432,22 @@ async def test_stale_worker_completion_changes_nothing_and_is_recorded(
 ) -> None:
     smtp_server.plan("twice@example.com", SlowData(1.5))
     smtp = smtp_server.settings(data_timeout=10.0)
-    shared = Signals()
-    async with running_worker(database_url, keys, smtp, name="a", signals=shared) as a:
+    shared = Recorder()
+    async with running_worker(database_url, keys, smtp, name="a", recorder=shared) as a:
         enqueued = await enqueue(db, keys, "twice@example.com")
         with anyio.fail_after(WAIT):
             await smtp_server.wait_for(1)  # a's body is out; its reply is slow
         await expire_lease(db, enqueued.outbox_id)
         async with running_worker(
-            database_url, keys, smtp, name="b", signals=shared, sweep_interval=0.05
+            database_url, keys, smtp, name="b", recorder=shared, sweep_interval=0.05
         ) as b:
             with anyio.fail_after(WAIT):
                 await shared.wait_for(
-                    lambda s: bool(s.of("stale_completion")) and bool(s.of("completed"))
+                    lambda s: bool(s.of(events.StaleCompletion)) and bool(s.of(events.Completed))
                 )
-    [stale] = shared.of("stale_completion")
-    [done] = shared.of("completed")
-    assert (stale.data["outcome"], done.data["owner"]) == ("sent", b.owner)
+    [stale] = shared.of(events.StaleCompletion)
+    [done] = shared.of(events.Completed)
+    assert (stale.outcome, done.owner) == ("sent", b.owner)
     attempts = await attempts_of(db, enqueued.outbox_id)
     assert sorted((r["lease_owner"], r["outcome"], r["lease_held"]) for r in attempts) == sorted(
         [(a.owner, "lease_expired", True), (b.owner, "sent", True), (a.owner, "sent", False)]
