@@ -597,8 +597,3 @@ SELECT count(*) FROM deleted;
 -- $1: advisory lock key. One maintenance batch at a time across every worker; held until
 -- the batch's transaction ends, so no session state is left behind (poolers).
 SELECT pg_try_advisory_xact_lock($1);
-
--- name: password_statement
--- $1: a new password for the current user. ALTER ROLE takes no bind parameters, so this
--- returns the statement with the password quoted by the server (%L), for the caller to run.
-SELECT format('ALTER ROLE %I PASSWORD %L', current_user, $1::text);

@@ -232,36 +232,35 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, database_down)
 
 
-def probes() -> APIRouter:
-    """/healthz and /readyz: open on both listeners, for load balancers and orchestrators."""
-    router = APIRouter(route_class=ScopedRoute)
+# /healthz and /readyz: open on both listeners, for load balancers and orchestrators.
+probes = APIRouter(route_class=ScopedRoute)
 
-    @router.get("/healthz", response_model=Health, summary="The process is up", **access("open"))
-    async def healthz() -> Health:
-        return Health(status="ok")
 
-    @router.get(
-        "/readyz",
-        response_model=Health,
-        responses={503: {"model": Health}},
-        summary="The database answers and its schema is current",
-        **access("open"),
-    )
-    async def readyz(svc: Svc) -> Any:
-        try:
-            async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
-                await conn.fetchval(sql("ready"))
-                current = await migrations.status(conn, migrations.discover())
-        except Exception as exc:  # any failure here means "not ready", never a 500
-            return OrjsonResponse(
-                Health(status="unavailable", detail=f"database: {type(exc).__name__}").model_dump(),
-                status_code=503,
-            )
-        if current.pending:
-            return OrjsonResponse(
-                Health(status="unavailable", detail="migrations pending").model_dump(),
-                status_code=503,
-            )
-        return Health(status="ready")
+@probes.get("/healthz", response_model=Health, summary="The process is up", **access("open"))
+async def healthz() -> Health:
+    return Health(status="ok")
 
-    return router
+
+@probes.get(
+    "/readyz",
+    response_model=Health,
+    responses={503: {"model": Health}},
+    summary="The database answers and its schema is current",
+    **access("open"),
+)
+async def readyz(svc: Svc) -> Any:
+    try:
+        async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+            await conn.fetchval(sql("ready"))
+            current = await migrations.status(conn, migrations.discover())
+    except Exception as exc:  # any failure here means "not ready", never a 500
+        return OrjsonResponse(
+            Health(status="unavailable", detail=f"database: {type(exc).__name__}").model_dump(),
+            status_code=503,
+        )
+    if current.pending:
+        return OrjsonResponse(
+            Health(status="unavailable", detail="migrations pending").model_dump(),
+            status_code=503,
+        )
+    return Health(status="ready")
