@@ -78,6 +78,10 @@ class TimedTransport:
     def span_attributes(self) -> dict[str, str | int]:
         return self.inner.span_attributes
 
+    @property
+    def capacity(self) -> int | None:
+        return self.inner.capacity
+
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         result = await self.inner.send(message, *args, **kwargs)
         if result.outcome == "sent":

@@ -389,7 +389,11 @@ class WorkerSettings(Group):
         unit="s",
     )
     concurrency: int = setting(
-        "NOTIFIER_CONCURRENCY", _integer(1, 1024), 8, "Sends in flight per worker process."
+        "NOTIFIER_CONCURRENCY",
+        _integer(1, 1024),
+        8,
+        "Sends in flight per worker process; keep it equal to NOTIFIER_SMTP_POOL_SIZE, or "
+        "claims wait for a connection.",
     )
     batch_size: int = setting(
         "NOTIFIER_BATCH_SIZE",

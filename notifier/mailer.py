@@ -8,7 +8,6 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, assert_never
 
@@ -32,9 +31,21 @@ from notifier.redact import redact_text
 log = logging.getLogger(__name__)
 
 
-# A gate says, immediately before DATA, whether the message may still go out (the worker
-# re-checks its lease and the token's expiry). False, or an exception, means it may not.
-Gate = Callable[[], Awaitable[bool]]
+class Gate(Protocol):
+    """What a send asks its owner (the worker: its lease, its link) on the way out. False,
+    or an exception, means the message must not go out."""
+
+    async def may_begin(self) -> bool:
+        """Once a connection is free and before MAIL FROM. It may wait on I/O (a database
+        check): no SMTP command is outstanding, so no server is kept waiting mid-transaction."""
+        ...
+
+    def may_send_body(self) -> bool:
+        """After RCPT and immediately before DATA. No I/O: a plain function, since the
+        connection must not idle between RCPT and DATA (a database round trip there once
+        idled every pooled connection)."""
+        ...
+
 
 # Replies are stored with the delivery and copied into logs and spans; a server can send
 # kilobytes of text, and none of it is worth keeping beyond this.
@@ -86,8 +97,13 @@ class Transport(Protocol):
         """What a send span should say about where the mail goes."""
         ...
 
+    @property
+    def capacity(self) -> int | None:
+        """How many sends can be under way at once (None: no limit); sends beyond it wait."""
+        ...
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
-        """Deliver `message`, calling `gate` immediately before the body goes out.
+        """Deliver `message`, asking `gate` before the envelope and before the body.
 
         Never raises, except for cancellation.
         """
@@ -114,9 +130,13 @@ class NullTransport:
     def span_attributes(self) -> dict[str, str | int]:
         return {"notifier.transport": "null"}
 
+    @property
+    def capacity(self) -> int | None:
+        return None
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         started = time.perf_counter()
-        if not await _ask(gate):
+        if not await _may_begin(gate) or not _may_send_body(gate):
             return _result("aborted", started)
         return _result(
             "sent",
@@ -165,6 +185,10 @@ class SmtpTransport:
             "network.protocol.name": "smtp",
         }
 
+    @property
+    def capacity(self) -> int | None:
+        return self._settings.pool_size
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         started = time.perf_counter()
         if self._closed:
@@ -183,6 +207,8 @@ class SmtpTransport:
             log.error("unexpected error while building a message", exc_info=exc)
             return _result("transient", started, reply=f"the message cannot be built: {exc}")
         async with self._slots:
+            if not await _may_begin(gate):
+                return _result("aborted", started)
             client = self._take_idle()
             if client is not None:
                 try:
@@ -257,7 +283,7 @@ class SmtpTransport:
                 raise
             phase = "rcpt"
             await client.rcpt(message.recipient, encoding=encoding, timeout=s.command_timeout)
-            if not await _ask(gate):
+            if not _may_send_body(gate):
                 # Nothing was sent: drop the envelope and keep the connection if RSET works.
                 # Whatever RSET meets, the outcome stays "aborted".
                 keep = await self._reset(client)
@@ -498,13 +524,23 @@ def _trim(text: str) -> str:
     return redact_text(text.strip())[:REPLY_LIMIT_CHARS]
 
 
-async def _ask(gate: Gate) -> bool:
+# A gate that cannot answer (say, the database is unreachable) cannot vouch for the lease;
+# not sending is the only safe reading of its exception.
+
+
+async def _may_begin(gate: Gate) -> bool:
     try:
-        return bool(await gate())
+        return bool(await gate.may_begin())
     except Exception:
-        # A gate that cannot answer (say, the database is unreachable) cannot vouch for the
-        # lease; not sending is the only safe reading.
-        log.warning("the send gate failed; not sending", exc_info=True)
+        log.warning("the send gate failed before the envelope; not sending", exc_info=True)
+        return False
+
+
+def _may_send_body(gate: Gate) -> bool:
+    try:
+        return bool(gate.may_send_body())
+    except Exception:
+        log.warning("the send gate failed before the body; not sending", exc_info=True)
         return False
 
 

@@ -15,7 +15,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -60,6 +60,13 @@ SWEEP_JITTER = 0.1
 RENEW_AFTER_FRACTION = 1 / 3
 # A body is sent only while at least this fraction of the lease is certainly left.
 LEASE_SAFETY_FRACTION = 0.1
+# A body is sent only while the link certainly has this long left, seconds (the body's own
+# transfer and the server's queue come after the check).
+LINK_SAFETY_SECONDS = 1.0
+# A claim older than this fraction of the lease when its send starts (it waited for an SMTP
+# connection, say) is checked against the database first, before MAIL FROM: a fresh claim
+# already settled everything the database knew.
+RECHECK_AFTER_FRACTION = 0.1
 # Local retry deadlines are padded so the claim never arrives before the database's due time.
 RETRY_TIMER_MARGIN_SECONDS = 0.005
 
@@ -79,14 +86,55 @@ class _Claim:
 
 @dataclass(slots=True)
 class _Flight:
-    """One send in flight: its lease, when it was last renewed, and how to stop it."""
+    """One send in flight: its lease, when it was claimed and last renewed (monotonic), how
+    long its link had left at the claim (the database's clock), and how to stop it."""
 
     row: Claimed
     token: uuid.UUID
+    claimed_at: float
+    link_left: float
     renewed_at: float
     scope: anyio.CancelScope | None = None
     body_sent: bool = False
     lost: bool = False
+
+
+class _SendGate:
+    """The questions a send asks on its way out (mailer.Gate), answered for one flight.
+
+    Before MAIL FROM: a claim younger than `recheck_after` may begin at once, since its claim
+    settled everything the database knew; an older one (it waited for a connection, or the
+    process stalled) asks the database again. Before DATA: only this process's own clocks,
+    never the database (see Worker._still_sendable). `answer` keeps the last answer given.
+    """
+
+    def __init__(
+        self,
+        flight: _Flight,
+        local: Callable[[_Flight], Sendability],
+        database: Callable[[_Flight], Awaitable[Sendability | None]],
+        recheck_after: float,
+    ) -> None:
+        self._flight = flight
+        self._local = local
+        self._database = database
+        self._recheck_after = recheck_after
+        self.answer: Sendability | None = None
+
+    async def may_begin(self) -> bool:
+        if time.monotonic() - self._flight.claimed_at < self._recheck_after:
+            return True
+        self.answer = await self._database(self._flight)
+        return self.answer is not None and _sendable(self.answer)
+
+    def may_send_body(self) -> bool:
+        self.answer = self._local(self._flight)
+        self._flight.body_sent = _sendable(self.answer)
+        return self._flight.body_sent
+
+
+def _sendable(answer: Sendability) -> bool:
+    return answer.lease_held and answer.verification == "live"
 
 
 class Worker:
@@ -145,6 +193,7 @@ class Worker:
         self._traced = tracing_enabled()
         # A send may start only while this much of the lease is certainly left.
         self._usable_lease = settings.lease_seconds * (1 - LEASE_SAFETY_FRACTION)
+        self._recheck_after = settings.lease_seconds * RECHECK_AFTER_FRACTION
         self._retries: list[tuple[float, int]] = []  # (monotonic due time, outbox id)
         self._retry_added: anyio.Event | None = None
         self._slots: anyio.Semaphore | None = None
@@ -166,6 +215,25 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def _announce(self) -> None:
+        concurrency, capacity = self.settings.concurrency, self.transport.capacity
+        log.info(
+            "worker %s delivering (%s mode, %d sends in flight at most)",
+            self.owner,
+            self.settings.mode,
+            concurrency,
+        )
+        if capacity is not None and concurrency > capacity:
+            # Claims beyond the transport's connections wait for one while their lease and
+            # link age; the send path rechecks them against the database, which costs a
+            # round trip each, and the queue shows as commit -> send latency.
+            log.warning(
+                "NOTIFIER_CONCURRENCY=%d is more than the %d SMTP connections "
+                "(NOTIFIER_SMTP_POOL_SIZE): claims will wait for a connection; set them equal",
+                concurrency,
+                capacity,
+            )
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Deliver until stopped; `task_status.started()` once listening (or polling)."""
         self._slots = anyio.Semaphore(self.settings.concurrency)
@@ -185,12 +253,7 @@ class Worker:
                             intake.start_soon(self._retry_timer)
                         intake.start_soon(self._sweep_loop)
                         intake.start_soon(self._claim_loop)
-                        log.info(
-                            "worker %s delivering (%s mode, %d sends in flight at most)",
-                            self.owner,
-                            self.settings.mode,
-                            self.settings.concurrency,
-                        )
+                        self._announce()
                         self.observer.notice(events.WorkerStarted(self.owner))
                         task_status.started()
                 if self._flights:
@@ -334,7 +397,8 @@ class Worker:
 
     async def _deliver(self, row: Claimed, claim: _Claim) -> None:
         assert row.lease_token is not None and self._slots is not None
-        flight = _Flight(row, row.lease_token, claim.sent_at)
+        link_left = (row.expires_at - (row.claimed_at or row.expires_at)).total_seconds()
+        flight = _Flight(row, row.lease_token, claim.sent_at, link_left, claim.sent_at)
         self._flights[row.id] = flight
         with process_span(row, claim.trace, self.owner, self._traced) as span:
             try:
@@ -390,27 +454,7 @@ class Worker:
             issued_at=row.issued_at,
             locale=row.locale,
         )
-        answer: Sendability | None = None
-
-        async def gate() -> bool:
-            """Just before DATA: is the lease still ours and the verification still live?"""
-            nonlocal answer
-            if flight.lost:
-                return False
-            try:
-                answer = await self._gate.submit(Held(row.id, flight.token))
-            except Exception as exc:
-                log.warning("cannot confirm the lease on %d before sending (%s)", row.id, exc)
-                return False
-            # The database said "held" when it ran the check; if this process stalled since
-            # (a pause, a frozen VM), the lease may have run out meanwhile and been taken
-            # over. Only a lease that is certainly still ours may send the body.
-            if time.monotonic() >= flight.renewed_at + self._usable_lease:
-                log.warning("delivery %d: lease too close to its end to send; abandoning", row.id)
-                answer = Sendability(lease_held=False, verification=None)
-            flight.body_sent = answer.lease_held and answer.verification == "live"
-            return flight.body_sent
-
+        gate = _SendGate(flight, self._still_sendable, self._database_check, self._recheck_after)
         with (
             child_span("send smtp", dict(self.transport.span_attributes)) as send_span,
             anyio.CancelScope() as scope,
@@ -431,7 +475,31 @@ class Worker:
                 "lease_lost",
                 detail="the lease was lost before the message was sent",
             )
-        return self._judged(flight, started, result, answer)
+        return self._judged(flight, started, result, gate.answer)
+
+    def _still_sendable(self, flight: _Flight) -> Sendability:
+        """The pre-DATA gate's answer, from this process's own clocks. The lease: renewed
+        at `renewed_at` (monotonic), certainly ours for `_usable_lease` after it, whatever
+        a pause or a frozen VM did meanwhile. The link: it had `link_left` seconds when the
+        claim's statement was sent (the database's clock, at claim), and has that less the
+        time since, with a margin for the body's own transfer."""
+        now = time.monotonic()
+        if flight.lost or now >= flight.renewed_at + self._usable_lease:
+            return Sendability(lease_held=False, verification=None)
+        if flight.link_left - (now - flight.claimed_at) <= LINK_SAFETY_SECONDS:
+            return Sendability(lease_held=True, verification="expired")
+        return Sendability(lease_held=True, verification="live")
+
+    async def _database_check(self, flight: _Flight) -> Sendability | None:
+        """The lease and the verification as the database has them (batched with others);
+        None if it cannot say, which sends nothing."""
+        try:
+            answer = await self._gate.submit(Held(flight.row.id, flight.token))
+        except Exception as exc:
+            log.warning("cannot confirm the lease on %d before sending (%s)", flight.row.id, exc)
+            return None
+        local = self._still_sendable(flight)
+        return answer if local.verification == "live" or not answer.lease_held else local
 
     def _judged(
         self, flight: _Flight, started: float, result: SendResult, gate: Sendability | None

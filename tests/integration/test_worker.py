@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import logging
 import re
 from collections import Counter
 from email.message import EmailMessage
@@ -14,6 +15,7 @@ import asyncpg
 import pytest
 
 from notifier import events
+from notifier.leases import Leases
 from notifier.listener import CHANNEL
 from notifier.tokens import TokenKeys, hash_token
 from notifier.worker import Worker
@@ -317,21 +319,110 @@ async def test_superseded_verification_is_never_sent(
     assert (row["status"], row["last_outcome"]) == ("expired", "superseded")
 
 
-async def test_verification_expiring_between_claim_and_data_is_not_sent(
+async def test_link_too_close_to_expiry_at_data_is_not_sent(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
     hold = HoldAtRcpt()
     smtp_server.plan("edge@example.com", hold)
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
-        enqueued = await enqueue(db, keys, "edge@example.com")
-        await hold.wait_reached()  # claimed, envelope under way, body not yet sent
-        await expire_verification(db, enqueued.outbox_id)
+        enqueued = await enqueue(db, keys, "edge@example.com", ttl_seconds=3.0)
+        await hold.wait_reached()  # claimed while live, envelope under way, body not yet sent
+        left = await db.fetchval(
+            "SELECT extract(epoch FROM expires_at - now()) FROM notifier.verifications "
+            "WHERE id = $1",
+            enqueued.id,
+        )
+        # By the database's clock, less than the one-second margin is left at DATA.
+        await anyio.sleep(float(left) - 0.8)
         hold.release.set()
         with anyio.fail_after(WAIT):
             await completed(worker, 1)
     assert smtp_server.received == []
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["last_outcome"]) == ("expired", "expired")
+
+
+async def test_a_fresh_claim_superseded_during_its_envelope_still_sends_without_asking_again(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # The documented trade: between a fresh claim and DATA the SMTP connection never waits
+    # on the database, so a newer link requested in those milliseconds does not stop this
+    # one (its link then says "superseded"; the newer mail follows).
+    hold = HoldAtRcpt()
+    smtp_server.plan("fresh@example.com", hold)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "fresh@example.com")
+        await hold.wait_reached()
+        await db.execute(
+            "UPDATE notifier.verifications SET superseded_at = now() WHERE id = $1", enqueued.id
+        )
+        hold.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    assert len(smtp_server.received) == 1
+    assert (await outbox_row(db, enqueued.outbox_id))["status"] == "sent"
+
+
+async def test_a_claim_that_waited_for_a_connection_is_checked_before_mail_from(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    first, later = HoldAtRcpt(), "later@example.com"
+    smtp_server.plan("first@example.com", first)
+    smtp = smtp_server.settings(pool_size=1)
+    # Two sends in flight over one connection: the second claim waits, and ages past a
+    # tenth of its two-second lease before it can start.
+    async with running_worker(database_url, keys, smtp, concurrency=2, lease_seconds=2.0) as worker:
+        await enqueue(db, keys, "first@example.com")
+        await first.wait_reached()
+        waiting = await enqueue(db, keys, later)
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Claimed)) == 2)
+        await db.execute(
+            "UPDATE notifier.verifications SET verified_at = now() WHERE id = $1", waiting.id
+        )
+        await anyio.sleep(0.3)
+        first.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 2)
+    assert [m.recipients for m in smtp_server.received] == [["first@example.com"]]
+    row = await outbox_row(db, waiting.outbox_id)
+    # Settled as sent: the person confirmed with an earlier email.
+    assert (row["status"], row["last_outcome"]) == ("sent", "verified")
+    [attempt] = await attempts_of(db, waiting.outbox_id)
+    assert attempt["body_sent"] is False
+
+
+async def test_a_claim_that_waited_and_is_still_live_is_sent_after_its_check(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    first = HoldAtRcpt()
+    smtp_server.plan("first@example.com", first)
+    smtp = smtp_server.settings(pool_size=1)
+    async with running_worker(database_url, keys, smtp, concurrency=2, lease_seconds=2.0) as worker:
+        await enqueue(db, keys, "first@example.com")
+        await first.wait_reached()
+        await enqueue(db, keys, "later@example.com")
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Claimed)) == 2)
+        await anyio.sleep(0.3)
+        first.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 2)
+    assert sorted(m.recipients[0] for m in smtp_server.received) == [
+        "first@example.com",
+        "later@example.com",
+    ]
+
+
+async def test_more_sends_in_flight_than_smtp_connections_is_warned_about(
+    database_url: str, keys: TokenKeys, smtp_server: SmtpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    smtp = smtp_server.settings(pool_size=2)
+    with caplog.at_level(logging.WARNING, logger="notifier.worker"):
+        async with running_worker(database_url, keys, smtp, concurrency=4):
+            pass
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "NOTIFIER_CONCURRENCY=4" in warning and "2 SMTP connections" in warning
 
 
 async def test_lease_renewal_keeps_a_slow_send_owned(
@@ -409,22 +500,30 @@ async def test_worker_that_lost_its_lease_before_the_body_abandons_the_send(
 ) -> None:
     hold = HoldAtRcpt()
     smtp_server.plan("lost@example.com", hold)
-    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+    async with running_worker(
+        database_url, keys, smtp_server.settings(), lease_seconds=1.0
+    ) as worker:
         enqueued = await enqueue(db, keys, "lost@example.com")
         await hold.wait_reached()
-        await expire_lease(db, enqueued.outbox_id)  # as if the worker had stalled that long
+        # As if the worker had stalled past its lease: the lease runs out, a rival takes the
+        # row, and the worker's next renewal finds it gone.
+        await expire_lease(db, enqueued.outbox_id)
+        rival = Leases(db, "test:rival", 30.0)
+        [taken] = await rival.claim_ids([enqueued.outbox_id], "sweep")
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for_kind(events.LeaseLost)
         hold.release.set()
         with anyio.fail_after(WAIT):
-            await recorded(worker).wait_for(
-                lambda s: any(e.status == "sent" for e in s.of(events.Completed))
-            )
+            await recorded(worker).wait_for_kind(events.StaleCompletion)
+    assert smtp_server.received == []
     attempts = await attempts_of(db, enqueued.outbox_id)
-    # The first attempt stopped at the pre-DATA check; only the retry's body went out.
-    assert [(a["attempt"], a["outcome"], a["body_sent"]) for a in attempts] == [
-        (1, "lease_lost", False),
-        (2, "sent", True),
+    # The rival's claim recorded the expired lease; the worker's own ending changed nothing.
+    assert [(a["outcome"], a["body_sent"], a["lease_held"]) for a in attempts] == [
+        ("lease_expired", False, True),
+        ("lease_lost", False, False),
     ]
-    assert len(smtp_server.received) == 1
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["lease_token"]) == ("sending", taken.lease_token)
 
 
 async def test_stale_worker_completion_changes_nothing_and_is_recorded(

@@ -203,3 +203,8 @@ def load_group_with(env: dict[str, str]) -> object:
         if any(spec.name in env for _, spec in specs(group)):
             return group.from_env(env)
     raise AssertionError(f"no group declares {env}")
+
+
+def test_the_default_sends_in_flight_match_the_default_smtp_connections() -> None:
+    # More sends than connections would make claims wait for a connection while they age.
+    assert WorkerSettings.from_env({}).concurrency == SmtpSettings.from_env({}).pool_size
