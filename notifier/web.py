@@ -7,7 +7,7 @@ ASGI apps on separate listeners; this module holds the plumbing they have in com
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -184,12 +184,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        fields = sorted({".".join(str(p) for p in e["loc"] if p != "body") for e in exc.errors()})
+        named = [(_field(e), _problem(e)) for e in exc.errors()]
+        fields = sorted({field for field, _ in named if field != "body"})
         # Messages only, never the offending input: it may hold a token or an address.
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
-            for e in exc.errors()
-        )
+        problems = "; ".join(f"{field}: {problem}" for field, problem in named)
         return error(422, "invalid_request", problems, fields)
 
     async def request_error(request: Request, exc: Exception) -> Response:
@@ -264,3 +262,17 @@ async def readyz(svc: Svc) -> Any:
             status_code=503,
         )
     return Health(status="ready")
+
+
+def _field(problem: Mapping[str, Any]) -> str:
+    """The request field a validation problem is about, dotted ("body" for the whole body:
+    a JSON syntax error's location is a character offset, not a field)."""
+    if problem["type"] == "json_invalid":
+        return "body"
+    return ".".join(str(p) for p in problem["loc"] if p != "body") or "body"
+
+
+def _problem(problem: Mapping[str, Any]) -> str:
+    if problem["type"] == "json_invalid":
+        return "the body is not valid JSON"
+    return str(problem["msg"])
