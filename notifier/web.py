@@ -53,6 +53,12 @@ def services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
+async def _services(request: Request) -> Services:
+    # A coroutine, as every dependency here: FastAPI runs plain functions in a thread pool,
+    # which costs two thread hand-offs per request.
+    return services(request)
+
+
 async def connection(request: Request) -> AsyncIterator[Any]:
     """A pool connection for the length of one request."""
     pool = services(request).pool
@@ -62,7 +68,7 @@ async def connection(request: Request) -> AsyncIterator[Any]:
 
 # Module level: FastAPI resolves string annotations in module globals.
 Conn = Annotated[Any, Depends(connection)]
-Svc = Annotated[Services, Depends(services)]
+Svc = Annotated[Services, Depends(_services)]
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -94,7 +100,7 @@ class NotFound(Exception):
         super().__init__(what)
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType
