@@ -7,7 +7,7 @@ enabled and disabled, alternating in rounds; a LISTEN connection consumes the no
 as a worker would. Two workloads:
 
 - "request": each transaction is what `request_verification` sends (the product's own
-  statement from its query catalogue: request_v1, which locks, checks suppression and the
+  statement from its query catalogue: request_v2, which locks, checks suppression and the
   limits, inserts and supersedes), committing by itself;
 - "insert": each transaction is a single statement writing a verification and its outbox
   row, the worst case, where the commit is most of the work.
@@ -230,7 +230,7 @@ async def run(
         "seconds_per_run": config.trigger_seconds,
         "rounds": config.trigger_rounds,
         "workloads": {
-            "request": "request_verification's one statement (request_v1), committing by itself",
+            "request": "request_verification's one statement (request_v2), committing by itself",
             "insert": " ".join(INSERT_ONE.split()),
         },
         "runs": runs,

@@ -22,13 +22,13 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: request_verification
--- $1..$26: request_v1's parameters, in order (schema/0011_request_function.sql). A whole
--- verification request in one statement: idempotency, suppression, the limits, the
+-- $1..$25: request_v2's parameters, in order (schema/0012_request_counters_without_waits.sql).
+-- A whole verification request in one statement: idempotency, suppression, the limits, the
 -- verification and its outbox row (the NOTIFY trigger), the budgets, supersession. One row:
 -- result (accepted, replayed, conflict, suppressed, throttled), and what goes with it.
-SELECT * FROM notifier.request_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+SELECT * FROM notifier.request_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
                                   $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
-                                  $25, $26);
+                                  $25);
 
 -- name: confirm_token
 -- $1: token hash. Marks the verification verified if the token is live; returns its state

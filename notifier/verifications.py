@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import re
-import secrets
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -207,8 +206,6 @@ _BUDGET_CONTEXT = b"notifier.request-budget.v1"
 # Budgets are counted in this many slices of the window: a request leaves the count up to
 # a sixtieth of the window early (a minute of an hour), never late.
 BUDGET_SLICES = 60
-# Concurrent requests update one of this many rows per slice of a shared budget.
-BUDGET_SHARDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +298,7 @@ async def request_verification(
     with producer_span() as span:
         if traceparent is None:
             traceparent, tracestate = inject_current()
-        # One statement (schema request_v1): one round trip in the caller's transaction, or
+        # One statement (schema request_v2): one round trip in the caller's transaction, or
         # one that commits by itself; a refusal comes back as a row and writes nothing.
         row = await conn.fetchrow(
             sql("request_verification"),
@@ -329,7 +326,6 @@ async def request_verification(
             budgets.scopes,
             budgets.subjects,
             budgets.limits,
-            budgets.shards,
             budgets.slice_seconds,
         )
         if span is not None:
@@ -341,7 +337,7 @@ async def request_verification(
 
 
 def _answer(row: Any) -> VerificationResult:
-    """What request_v1's row means: a result, or the refusal raised as its error."""
+    """What request_v2's row means: a result, or the refusal raised as its error."""
     match row["result"]:
         case "accepted":
             return VerificationResult(row["id"], "pending", row["expires_at"])
@@ -354,7 +350,7 @@ def _answer(row: Any) -> VerificationResult:
         case "throttled":
             raise Throttled(row["retry_after"], row["limit_scope"])
         case unknown:
-            raise RuntimeError(f"request_v1 answered {unknown!r}")
+            raise RuntimeError(f"request_v2 answered {unknown!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +360,6 @@ class _Budgets:
     scopes: list[str]
     subjects: list[bytes]
     limits: list[int]
-    shards: list[int]
     slice_seconds: float
 
     @classmethod
@@ -384,7 +379,6 @@ class _Budgets:
                 for s, v, _ in chosen
             ],
             limits=[n for _, _, n in chosen],
-            shards=[secrets.randbelow(BUDGET_SHARDS) for _ in chosen],
             slice_seconds=limits.resend_window / BUDGET_SLICES,
         )
 

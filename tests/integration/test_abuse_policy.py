@@ -4,6 +4,7 @@ scrubbed addresses, rotation that did not revoke, guessable fingerprints, addres
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import uuid
@@ -118,6 +119,28 @@ async def test_there_is_a_ceiling_on_everything(apps: Clients, db: asyncpg.Conne
             email="lib@lib.example",
             policy=policy_for_tests(TokenKeys((TEST_SECRET,)), global_limit=3),
         )
+
+
+async def test_requests_counting_against_one_budget_at_once_never_wait_for_each_other(
+    pool: asyncpg.Pool,
+) -> None:
+    policy = policy_for_tests(TokenKeys((TEST_SECRET,)), domain_limit=6, global_limit=6)
+    async with contextlib.AsyncExitStack() as open_transactions:
+        # Six transactions, each still holding what its request wrote: more than any fixed
+        # number of counter rows a design might spread them over.
+        for n in range(6):
+            conn = await open_transactions.enter_async_context(pool.acquire())
+            await open_transactions.enter_async_context(conn.transaction())
+            await conn.execute("SET LOCAL lock_timeout = '2s'")  # a wait fails the test
+            await request_verification(
+                conn, user_id=f"busy{n}", email=f"busy{n}@busy.example", policy=policy
+            )
+    counted = await pool.fetchval(
+        "SELECT sum(count) FROM notifier.request_counts WHERE scope = 'global'"
+    )
+    assert counted == 6
+    with pytest.raises(Throttled, match="domain limit"):  # the rows still add up to one budget
+        await request_verification(pool, user_id="late", email="late@busy.example", policy=policy)
 
 
 @pytest.mark.parametrize("policy_overrides", [{"domain_limit": 1}])
