@@ -1,4 +1,5 @@
-"""The internal HTTP API: request verifications, read their delivery, scrape metrics, docs.
+"""The internal HTTP API: request verifications, read their delivery, scrape metrics, docs,
+and the delivery console (notifier.console).
 
 It listens on NOTIFIER_API_HOST/PORT, which must never face the internet: every route but
 the probes and the sign-in form needs an API key with the route's scope (notifier.access).
@@ -11,23 +12,25 @@ import time
 import uuid
 from importlib import resources
 from typing import Annotated, Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Header, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from notifier import pages, suppressions
+from notifier import suppressions
 from notifier.access import (
+    HOME_PATH,
     SECURITY_SCHEME,
     SESSION_COOKIE,
     SESSION_SECONDS,
     Authentication,
     ScopedRoute,
     access,
+    local_path,
     principal_of,
     same_site,
+    sign_in_response,
     trusted_caller,
 )
 from notifier.api_models import (
@@ -39,9 +42,10 @@ from notifier.api_models import (
     VerificationIn,
     VerificationStatus,
 )
+from notifier.console import console_router, home_router
 from notifier.queries import sql
 from notifier.redact import redact_email
-from notifier.responses import OrjsonResponse, html
+from notifier.responses import OrjsonResponse
 from notifier.telemetry import ServerSpans
 from notifier.verifications import VerificationResult, request_verification
 from notifier.version import __version__
@@ -72,8 +76,14 @@ def create_internal_app(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_timeout: float = BODY_TIMEOUT_SECONDS,
+    trace_url: str | None = None,
+    home: bool = True,
 ) -> FastAPI:
-    """The internal ASGI app over shared `services` (whose pool the caller owns)."""
+    """The internal ASGI app over shared `services` (whose pool the caller owns).
+
+    `trace_url`: where the console links trace ids (NOTIFIER_TRACE_URL_TEMPLATE). `home`:
+    `/` leads to the console (False: the caller serves `/`, as `notifier dev` does).
+    """
     app = FastAPI(
         title="notifier",
         version=__version__,
@@ -101,6 +111,9 @@ def create_internal_app(
     app.include_router(_suppressions())
     app.include_router(_operations(app))
     app.include_router(_sign_in())
+    app.include_router(console_router(trace_url))
+    if home:
+        app.include_router(home_router())
     app.include_router(probes())
     return app
 
@@ -319,22 +332,22 @@ def _sign_in() -> APIRouter:
     router = APIRouter(route_class=ScopedRoute)
 
     @router.get("/sign-in", include_in_schema=False, **access("open"))
-    async def sign_in_form(next: str = "/docs") -> Response:
-        return _sign_in_page(_local_path(next))
+    async def sign_in_form(next: str = HOME_PATH) -> Response:
+        return sign_in_response(local_path(next))
 
     @router.post("/sign-in", include_in_schema=False, **access("open"))
     async def sign_in(
         request: Request,
         svc: Svc,
         key: Annotated[str, Form(max_length=200)] = "",
-        next: Annotated[str, Form(max_length=2000)] = "/docs",
+        next: Annotated[str, Form(max_length=2000)] = HOME_PATH,
     ) -> Response:
         if not same_site(request.headers):
-            return _sign_in_page(_local_path(next), "Sign in from this site.", 403)
+            return sign_in_response(local_path(next), "Sign in from this site.", 403)
         principal = await svc.keyring.authenticate(key)
         if principal is None:
-            return _sign_in_page(_local_path(next), "That key is not valid.", 401)
-        response = RedirectResponse(_local_path(next), status_code=303)
+            return sign_in_response(local_path(next), "That key is not valid.", 401)
+        response = RedirectResponse(local_path(next), status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
             svc.sessions.issue(principal.key_id),
@@ -356,18 +369,3 @@ def _sign_in() -> APIRouter:
         return response
 
     return router
-
-
-def _sign_in_page(next_path: str, problem: str | None = None, status: int = 200) -> Response:
-    # same-origin, not no-referrer: a browser posting from a no-referrer page sends
-    # "Origin: null", and the form must be able to say where it comes from.
-    page = html(pages.sign_in_page(next_path, problem), status)
-    page.headers["Referrer-Policy"] = "same-origin"
-    return page
-
-
-def _local_path(target: str) -> str:
-    """Only a path on this site: a sign-in link must not redirect anywhere else."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/docs"
-    return quote(target, safe="/?=&-_.~%")

@@ -94,6 +94,19 @@ def _http_url(raw: str) -> str:
     return raw.rstrip("/")
 
 
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+
+
+def _trace_url_template(raw: str) -> str | None:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    rest = raw.replace(TRACE_ID_PLACEHOLDER, "", 1)
+    if TRACE_ID_PLACEHOLDER not in raw or "{" in rest or "}" in rest:
+        raise ValueError(f"must hold {TRACE_ID_PLACEHOLDER} once, where the trace id goes")
+    return raw
+
+
 def _address(raw: str) -> str:
     # The sender address is operator configuration, checked for shape only; recipient
     # addresses are validated properly where requests come in.
@@ -556,6 +569,10 @@ class ApiSettings:
     # NOTIFIER_HTTP_LIMIT_CONCURRENCY: connections plus requests in progress each listener
     # takes on; beyond it, new requests get 503 at once instead of queueing without bound.
     limit_concurrency: int = 1000
+    # NOTIFIER_TRACE_URL_TEMPLATE: where the console links a delivery's trace id, with
+    # {trace_id} in its place (Jaeger: http://jaeger:16686/trace/{trace_id}). Unset: the
+    # console shows the trace id without a link.
+    trace_url_template: str | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> ApiSettings:
@@ -580,6 +597,9 @@ class ApiSettings:
             ),
             limit_concurrency=_read(
                 env, "NOTIFIER_HTTP_LIMIT_CONCURRENCY", _integer(1, 1_000_000), d.limit_concurrency
+            ),
+            trace_url_template=_read(
+                env, "NOTIFIER_TRACE_URL_TEMPLATE", _trace_url_template, d.trace_url_template
             ),
         )
         if (settings.host, settings.port) == (settings.public_host, settings.public_port):

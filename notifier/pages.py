@@ -117,6 +117,17 @@ def too_old_page() -> str:
     )
 
 
+def stale_form_page() -> str:
+    """A signed-in browser's form that came without its page's CSRF token, or from
+    another site: nothing was done."""
+    return _page(
+        "Form refused",
+        "<h1>This form was refused</h1>"
+        "<p role=alert>Nothing was changed: the form came from another site, or from a page "
+        "opened before you last signed in. Go back, reload the page and try again.</p>",
+    )
+
+
 def sign_in_page(next_path: str, problem: str | None = None) -> str:
     """The internal listener's sign-in form: an API key becomes a session cookie."""
     warning = f"<p role=alert id=problem>{escape(problem)}</p>" if problem else ""
