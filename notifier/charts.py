@@ -54,7 +54,7 @@ def stacked_bars(
     return (
         f"<figure class=chart><figcaption>{escape(description)}</figcaption>"
         "<div class=chart-body><div class=y-axis aria-hidden=true>"
-        f"<span>{top}</span><span>{top // 2 if top > 1 else ''}</span><span>0</span></div>"
+        f"<span>{top}</span><span>{top / 2:g}</span><span>0</span></div>"
         f'<svg class=bars viewBox="0 0 {slots} 100" preserveAspectRatio=none role=img '
         f'aria-label="{escape(description)}">{grid}{drawn}</svg></div>'
         "<div class=x-axis aria-hidden=true>"

@@ -210,6 +210,8 @@ class Delivery:
     trace_id: str | None
     superseded_by: uuid.UUID | None
     resendable: bool
+    # The mailbox's suppression in force, looked up for a resendable delivery only.
+    suppression: Suppression | None
     timeline: Sequence[Attempt]
 
 
@@ -220,6 +222,10 @@ async def delivery(conn: Any, verification_id: uuid.UUID) -> Delivery | None:
     later = None
     if row["superseded_at"] is not None:
         later = await conn.fetchval(sql("console_superseded_by"), verification_id)
+    resendable = _resendable(row)
+    # Rows written around request_verification have no mailbox: suppressed by their address.
+    mailbox = row["mailbox"] or row["email"].lower()
+    suppression = await suppression_of(conn, mailbox) if resendable else None
     return Delivery(
         id=row["id"],
         address=redact_email(row["email"]),
@@ -241,7 +247,8 @@ async def delivery(conn: Any, verification_id: uuid.UUID) -> Delivery | None:
         message_id=row["message_id"],
         trace_id=trace_id(row["traceparent"]),
         superseded_by=later,
-        resendable=_resendable(row),
+        resendable=resendable,
+        suppression=suppression,
         timeline=await _timeline(conn, verification_id),
     )
 

@@ -157,7 +157,11 @@ def queue_page(snapshot: QueueSnapshot, viewer: Viewer, now: datetime) -> str:
 
 
 def _rate(count: int, minutes: int) -> str:
-    return f"{count / minutes:.1f} a minute" if count else "none"
+    """Deliveries a minute, with the precision the number needs (0.03, 2.5, 120)."""
+    rate = count / minutes
+    if not count:
+        return "none"
+    return f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2f}"
 
 
 def _tiles(s: QueueSnapshot) -> str:
@@ -181,10 +185,11 @@ def _tiles(s: QueueSnapshot) -> str:
         (
             "Sent, last hour",
             str(s.sent),
-            f"{_rate(s.sent, CHART_MINUTES)}; {_rate(recent_sent, len(recent) or 1)} lately",
+            f"{_rate(s.sent, CHART_MINUTES)} a minute; "
+            f"{_rate(recent_sent, len(recent) or 1)} in the last {len(recent)} min",
             "",
         ),
-        ("Failed, last hour", str(s.failed), _rate(s.failed, CHART_MINUTES), ""),
+        ("Failed, last hour", str(s.failed), f"{_rate(s.failed, CHART_MINUTES)} a minute", ""),
     ]
     return (
         '<dl class=tiles aria-label="The queue now">'
@@ -240,8 +245,8 @@ def _shares(s: QueueSnapshot) -> str:
 def _share_bar(share: float) -> str:
     return (
         '<svg class=share-bar viewBox="0 0 100 10" preserveAspectRatio=none aria-hidden=true>'
-        f'<rect class=track width=100 height=10/><rect class=fill width="{share * 100:.1f}" '
-        "height=10/></svg>"
+        '<rect class=track width="100" height="10"/>'
+        f'<rect class=fill width="{share * 100:.1f}" height="10"/></svg>'
     )
 
 
@@ -416,6 +421,14 @@ def _trace(trace_id: str | None, trace_url: str | None) -> str:
 def _resend(d: Delivery, viewer: Viewer) -> str:
     if not d.resendable:
         return ""
+    if d.suppression is not None:
+        return (
+            "<div class=banner role=status><p><strong>Its mailbox is suppressed</strong> since "
+            f"{_when(d.suppression.suppressed_at)}: {escape(d.suppression.reason)}. No new "
+            "link can be sent until the suppression is cleared: search for the address the "
+            'person gives you under <a href="/console/suppressions">Suppressions</a> and '
+            "clear it there.</p></div>"
+        )
     if not viewer.admin:
         return (
             "<p class=hint>This delivery failed. Sending a new link needs a key with the "
@@ -442,9 +455,7 @@ def _timeline(attempts: Sequence[Attempt]) -> str:
 
 
 def _attempt(a: Attempt) -> str:
-    reply = " ".join(
-        part for part in (str(a.smtp_code) if a.smtp_code else "", a.detail or "") if part
-    )
+    reply = _reply(a.smtp_code, a.detail)
     duration = "—" if a.duration_ms is None else f"{a.duration_ms:,.0f} ms"
     facts = [
         ("Claimed by", f"<code>{escape(a.claimed_by)}</code>"),
@@ -461,6 +472,13 @@ def _attempt(a: Attempt) -> str:
         f"<li class=attempt><h3>Attempt {a.attempt} {_badge(a.outcome)}</h3>"
         f"<dl class=meta>{rows}</dl></li>"
     )
+
+
+def _reply(code: int | None, detail: str | None) -> str:
+    """What the mail server said: its code, once (a stored reply usually starts with it)."""
+    if code is None or (detail or "").startswith(str(code)):
+        return detail or ""
+    return f"{code} {detail or ''}".strip()
 
 
 def missing_delivery_page(viewer: Viewer) -> str:

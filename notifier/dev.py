@@ -187,7 +187,8 @@ async def run_dev(
                     services_tg.start_soon(listener.server.serve, [listener.sock])
                 print(
                     f"notifier dev: API {internal} (key {key}) · links {public_url} · "
-                    f"inbox {internal}/dev/inbox · database {shown_database} · Ctrl-C to stop",
+                    f"inbox {internal}/dev/inbox · console {internal}/console · "
+                    f"database {shown_database} · Ctrl-C to stop",
                     flush=True,
                 )
             watcher.cancel_scope.cancel()

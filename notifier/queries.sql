@@ -580,8 +580,8 @@ LIMIT $2;
 -- name: console_delivery
 -- $1: verification id. Everything the console shows of one delivery, and what resending it
 -- needs; never the token or its hash.
-SELECT v.id, v.user_id, v.email, v.purpose, v.locale, v.client_id, v.created_at, v.expires_at,
-       v.verified_at, v.superseded_at, v.scrubbed_at,
+SELECT v.id, v.user_id, v.email, v.mailbox, v.purpose, v.locale, v.client_id, v.created_at,
+       v.expires_at, v.verified_at, v.superseded_at, v.scrubbed_at,
        o.status, o.attempts, o.max_attempts, o.unknown_outcomes, o.next_attempt_at,
        o.last_outcome, o.last_error, o.completed_at, o.message_id, o.traceparent
 FROM notifier.verifications v

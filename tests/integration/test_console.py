@@ -466,6 +466,19 @@ async def test_resending_to_a_suppressed_mailbox_sends_nothing_and_points_to_sup
     assert await db.fetchval("SELECT count(*) FROM notifier.verifications") == 1
 
 
+async def test_a_failed_delivery_to_a_suppressed_mailbox_says_so_instead_of_offering_resend(
+    console: httpx.AsyncClient,
+    db: asyncpg.Connection,
+    keys: TokenKeys,
+    database_url: str,
+    smtp_server: SmtpServer,
+) -> None:
+    failed = await failed_delivery(db, keys, database_url, smtp_server, Fault.RCPT_5XX)
+    headers = bearer(await make_key(db))
+    page = (await console.get(f"/console/deliveries/{failed}", headers=headers)).text
+    assert "Its mailbox is suppressed" in page and "Resend</button>" not in page
+
+
 async def test_only_a_failed_delivery_can_be_resent(
     console: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
