@@ -81,18 +81,17 @@ def console_router(trace_url: str | None) -> APIRouter:
         principal = principal_of(request.scope)
         assert principal is not None  # the route's access saw to it
         parsed = _uuid(verification_id)
-        if (
-            parsed is None
-            or (result := await console_data.resend(conn, parsed, svc.policy, principal.key_id))
-            is None
-        ):
+        result = None
+        if parsed is not None:
+            result = await console_data.resend(conn, parsed, svc.policy, principal.key_id)
+        if parsed is None or result is None:
             return _html(missing_delivery_page(viewer), 404)
         if result.outcome in ("resent", "already_resent"):
             notice = result.outcome.replace("_", "-")
             target = f"/console/deliveries/{result.verification_id}?notice={notice}"
             return RedirectResponse(target, status_code=303)
         found = await console_data.delivery(conn, parsed)
-        assert found is not None
+        assert found is not None  # resend just read it
         status, problem = _refusal(result)
         return _html(delivery_page(found, viewer, trace_url, problem=problem), status)
 

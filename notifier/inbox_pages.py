@@ -88,8 +88,8 @@ def landing_page(base_url: str, messages: int, key_file: Path) -> str:
         f"<span>{_count(messages)}: every email notifier sent, as the reader sees it"
         "</span></a></li>"
         '<li><a href="/console"><strong>Console</strong>'
-        "<span>Queue health, every delivery's attempts, suppressions and resend, as "
-        "operators and support staff see them (sign in with the dev API key)</span></a></li>"
+        "<span>Queue health, each delivery's attempts, suppressions (sign in with the dev "
+        "API key)</span></a></li>"
         '<li><a href="/docs"><strong>API docs</strong>'
         "<span>Every endpoint, to try from the browser (sign in with the dev API key "
         "that <code>notifier dev</code> printed)</span></a></li>"
