@@ -36,27 +36,28 @@ from typing import Any
 
 import anyio
 
-from notifier import runner
+from notifier import events, runner
 from notifier.config import DatabaseSettings
 from notifier.database import database_url
+from notifier.events import WorkerEvent
 from notifier.logs import configure_logging
 from notifier.mailer import Transport
-from notifier.signals import Event, Signals
 
 RECORD_PREFIX = "worker-"
 
 
 class Recorder:
-    """The moments one worker process observed, kept in memory until it exits."""
+    """The moments one worker process observed, kept in memory until it exits (a worker
+    Observer: told of each claim as it happens)."""
 
     def __init__(self) -> None:
         self.claimed: dict[int, int] = {}  # outbox id -> ns
         self.accepted: dict[str, int] = {}  # Message-ID -> ns
 
-    def on_event(self, event: Event) -> None:
-        if event.kind == "claimed":
+    def notice(self, event: WorkerEvent) -> None:
+        if isinstance(event, events.Claimed):
             # A retried row is claimed again; its first claim is the one measured.
-            self.claimed.setdefault(event.data["id"], time.time_ns())
+            self.claimed.setdefault(event.id, time.time_ns())
 
     def write(self, path: Path) -> None:
         with path.open("w", encoding="utf-8") as out:
@@ -76,6 +77,10 @@ class TimedTransport:
     @property
     def span_attributes(self) -> dict[str, str | int]:
         return self.inner.span_attributes
+
+    @property
+    def capacity(self) -> int | None:
+        return self.inner.capacity
 
     async def send(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         result = await self.inner.send(message, *args, **kwargs)
@@ -166,11 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging("json", logging.INFO)
     recorder = Recorder()
     time_sends(recorder)
-    signals = Signals()
-    signals.subscribe(recorder.on_event)
     config = runner.WorkerConfig.from_env()
     with database_url(DatabaseSettings.from_env()) as url:
-        anyio.run(runner.run_worker, url, config, signals, backend="asyncio")
+        anyio.run(runner.run_worker, url, config, recorder, backend="asyncio")
     recorder.write(args.record_dir / f"{RECORD_PREFIX}{os.getpid()}.txt")
 
 

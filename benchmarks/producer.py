@@ -43,7 +43,6 @@ def policy() -> Policy:
     return Policy(
         keys=TokenKeys((TOKEN_SECRET,)),
         ttl_seconds=3600.0,
-        max_attempts=5,
         message_id_domain=MESSAGE_ID_DOMAIN,
         limits=UNREACHABLE_LIMITS,
     )

@@ -42,7 +42,7 @@ from notifier.api_models import (
     VerificationIn,
     VerificationStatus,
 )
-from notifier.console import console_router, home_router
+from notifier.console import TRACE_URL_STATE, console, home
 from notifier.queries import sql
 from notifier.redact import redact_email
 from notifier.responses import OrjsonResponse
@@ -77,12 +77,13 @@ def create_internal_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     body_timeout: float = BODY_TIMEOUT_SECONDS,
     trace_url: str | None = None,
-    home: bool = True,
+    with_home: bool = True,
 ) -> FastAPI:
     """The internal ASGI app over shared `services` (whose pool the caller owns).
 
-    `trace_url`: where the console links trace ids (NOTIFIER_TRACE_URL_TEMPLATE). `home`:
-    `/` leads to the console (False: the caller serves `/`, as `notifier dev` does).
+    `trace_url`: where the console links trace ids (NOTIFIER_TRACE_URL_TEMPLATE).
+    `with_home`: `/` leads to the console (False: the caller serves `/`, as `notifier dev`
+    does).
     """
     app = FastAPI(
         title="notifier",
@@ -101,129 +102,127 @@ def create_internal_app(
     )
     app.router.route_class = ScopedRoute
     app.state.services = services
+    setattr(app.state, TRACE_URL_STATE, trace_url)
     # Outermost first: who is calling, then their span (continuing their trace only if they
     # proved who they are), then the body's bounds.
     app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
     app.add_middleware(ServerSpans, trust_incoming=trusted_caller)
     app.add_middleware(Authentication)
     install_error_handlers(app)
-    app.include_router(_verifications())
-    app.include_router(_suppressions())
-    app.include_router(_operations(app))
-    app.include_router(_sign_in())
-    app.include_router(console_router(trace_url))
-    if home:
-        app.include_router(home_router())
-    app.include_router(probes())
+    for router in (verifications, suppression_routes, operations, sign_in_routes, console):
+        app.include_router(router)
+    if with_home:
+        app.include_router(home)
+    app.include_router(probes)
     return app
 
 
-def _verifications() -> APIRouter:
-    router = APIRouter(prefix="/v1/verifications", route_class=ScopedRoute)
+verifications = APIRouter(prefix="/v1/verifications", route_class=ScopedRoute)
 
-    @router.post(
-        "",
+
+@verifications.post(
+    "",
+    status_code=202,
+    response_model=VerificationAccepted,
+    responses=errors(401, 403, 409, 413, 415, 422, 429, 503),
+    dependencies=[Depends(require_json)],
+    summary="Request a verification email",
+    **access("request"),
+)
+async def create_verification(
+    request: Request,
+    body: VerificationIn,
+    conn: Conn,
+    svc: Svc,
+    idempotency_key: Annotated[
+        str,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=255,
+            pattern=r"^[\x21-\x7e]+$",
+            description="Makes retries safe: the same key and body replay the request "
+            "(its current status), another body with it is 409. Scoped to the API key.",
+        ),
+    ],
+) -> Any:
+    caller = principal_of(request.scope)
+    result: VerificationResult = await request_verification(
+        conn,
+        user_id=body.user_id,
+        email=body.email,
+        purpose=body.purpose,
+        idempotency_key=idempotency_key,
+        policy=svc.policy,
+        client_id=caller.key_id if caller is not None else None,
+        locale=body.locale,
+    )
+    return OrjsonResponse(
+        VerificationAccepted(
+            id=result.id, status=result.status, expires_at=result.expires_at
+        ).model_dump(mode="json"),
         status_code=202,
-        response_model=VerificationAccepted,
-        responses=errors(401, 403, 409, 413, 415, 422, 429, 503),
-        dependencies=[Depends(require_json)],
-        summary="Request a verification email",
-        **access("request"),
+        headers={"Idempotent-Replayed": "true"} if result.replayed else None,
     )
-    async def create_verification(
-        request: Request,
-        body: VerificationIn,
-        conn: Conn,
-        svc: Svc,
-        idempotency_key: Annotated[
-            str,
-            Header(
-                alias="Idempotency-Key",
-                min_length=1,
-                max_length=255,
-                pattern=r"^[\x21-\x7e]+$",
-                description="Makes retries safe: the same key and body replay the request "
-                "(its current status), another body with it is 409. Scoped to the API key.",
-            ),
+
+
+@verifications.get(
+    "/{verification_id}",
+    response_model=VerificationStatus,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="A verification's delivery status",
+    **access("read"),
+)
+async def get_verification(verification_id: uuid.UUID, conn: Conn) -> VerificationStatus:
+    row = await _status_row(conn, verification_id)
+    return VerificationStatus(
+        id=row["id"],
+        status=row["status"],
+        purpose=row["purpose"],
+        email=redact_email(row["email"]),
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        verified=row["verified_at"] is not None,
+        verified_at=row["verified_at"],
+        superseded=row["superseded_at"] is not None,
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        next_attempt_at=row["next_attempt_at"] if row["status"] == "pending" else None,
+        completed_at=row["completed_at"],
+        last_outcome=row["last_outcome"],
+        last_error=row["last_error"],
+    )
+
+
+@verifications.get(
+    "/{verification_id}/attempts",
+    response_model=Attempts,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="A verification's delivery attempts, oldest first (for support staff)",
+    **access("read"),
+)
+async def get_attempts(verification_id: uuid.UUID, conn: Conn) -> Attempts:
+    await _status_row(conn, verification_id)  # 404 for an unknown id, not an empty list
+    rows = await conn.fetch(sql("verification_attempts"), verification_id)
+    return Attempts(
+        verification_id=verification_id,
+        attempts=[
+            Attempt(
+                attempt=r["attempt"],
+                claimed_by=r["lease_owner"],
+                discovered_by=r["discovered_by"],
+                outcome=r["outcome"],
+                smtp_code=r["smtp_code"],
+                detail=r["detail"],
+                provider_message_id=r["provider_message_id"],
+                body_sent=r["body_sent"],
+                lease_held=r["lease_held"],
+                duration_ms=r["duration_ms"],
+                finished_at=r["finished_at"],
+            )
+            for r in rows
         ],
-    ) -> Any:
-        caller = principal_of(request.scope)
-        result: VerificationResult = await request_verification(
-            conn,
-            user_id=body.user_id,
-            email=body.email,
-            purpose=body.purpose,
-            idempotency_key=idempotency_key,
-            policy=svc.policy,
-            client_id=caller.key_id if caller is not None else None,
-            locale=body.locale,
-        )
-        return OrjsonResponse(
-            VerificationAccepted(
-                id=result.id, status=result.status, expires_at=result.expires_at
-            ).model_dump(mode="json"),
-            status_code=202,
-            headers={"Idempotent-Replayed": "true"} if result.replayed else None,
-        )
-
-    @router.get(
-        "/{verification_id}",
-        response_model=VerificationStatus,
-        responses=errors(401, 403, 404, 422, 503),
-        summary="A verification's delivery status",
-        **access("read"),
     )
-    async def get_verification(verification_id: uuid.UUID, conn: Conn) -> VerificationStatus:
-        row = await _status_row(conn, verification_id)
-        return VerificationStatus(
-            id=row["id"],
-            status=row["status"],
-            purpose=row["purpose"],
-            email=redact_email(row["email"]),
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-            verified=row["verified_at"] is not None,
-            verified_at=row["verified_at"],
-            superseded=row["superseded_at"] is not None,
-            created_at=row["created_at"],
-            expires_at=row["expires_at"],
-            next_attempt_at=row["next_attempt_at"] if row["status"] == "pending" else None,
-            completed_at=row["completed_at"],
-            last_outcome=row["last_outcome"],
-            last_error=row["last_error"],
-        )
-
-    @router.get(
-        "/{verification_id}/attempts",
-        response_model=Attempts,
-        responses=errors(401, 403, 404, 422, 503),
-        summary="A verification's delivery attempts, oldest first (for support staff)",
-        **access("read"),
-    )
-    async def get_attempts(verification_id: uuid.UUID, conn: Conn) -> Attempts:
-        await _status_row(conn, verification_id)  # 404 for an unknown id, not an empty list
-        rows = await conn.fetch(sql("verification_attempts"), verification_id)
-        return Attempts(
-            verification_id=verification_id,
-            attempts=[
-                Attempt(
-                    attempt=r["attempt"],
-                    claimed_by=r["lease_owner"],
-                    discovered_by=r["discovered_by"],
-                    outcome=r["outcome"],
-                    smtp_code=r["smtp_code"],
-                    detail=r["detail"],
-                    provider_message_id=r["provider_message_id"],
-                    body_sent=r["body_sent"],
-                    lease_held=r["lease_held"],
-                    duration_ms=r["duration_ms"],
-                    finished_at=r["finished_at"],
-                )
-                for r in rows
-            ],
-        )
-
-    return router
 
 
 async def _status_row(conn: Any, verification_id: uuid.UUID) -> Any:
@@ -233,83 +232,83 @@ async def _status_row(conn: Any, verification_id: uuid.UUID) -> Any:
     return row
 
 
-def _suppressions() -> APIRouter:
-    router = APIRouter(prefix="/v1/suppressions", route_class=ScopedRoute)
+suppression_routes = APIRouter(prefix="/v1/suppressions", route_class=ScopedRoute)
 
-    @router.get(
-        "",
-        response_model=Suppressions,
-        responses=errors(401, 403, 503),
-        summary="Addresses no mail is sent to, newest first",
-        **access("admin"),
+
+@suppression_routes.get(
+    "",
+    response_model=Suppressions,
+    responses=errors(401, 403, 503),
+    summary="Addresses no mail is sent to, newest first",
+    **access("admin"),
+)
+async def list_suppressions(conn: Conn) -> Suppressions:
+    return Suppressions(
+        suppressions=[
+            Suppression(
+                email=entry.mailbox,
+                reason=entry.reason,
+                smtp_code=entry.smtp_code,
+                suppressed_at=entry.suppressed_at,
+                expires_at=entry.expires_at,
+            )
+            for entry in await suppressions.active(conn)
+        ]
     )
-    async def list_suppressions(conn: Conn) -> Suppressions:
-        return Suppressions(
-            suppressions=[
-                Suppression(
-                    email=entry.mailbox,
-                    reason=entry.reason,
-                    smtp_code=entry.smtp_code,
-                    suppressed_at=entry.suppressed_at,
-                    expires_at=entry.expires_at,
-                )
-                for entry in await suppressions.active(conn)
-            ]
-        )
 
-    @router.delete(
-        "/{email}",
-        status_code=204,
-        responses=errors(401, 403, 404, 422, 503),
-        summary="Clear a mailbox (any spelling of it): requests for it are accepted again",
-        **access("admin"),
+
+@suppression_routes.delete(
+    "/{email}",
+    status_code=204,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="Clear a mailbox (any spelling of it): requests for it are accepted again",
+    **access("admin"),
+)
+async def clear_suppression(email: str, conn: Conn, svc: Svc) -> Response:
+    separators = svc.policy.limits.subaddress_separators
+    if await suppressions.clear(conn, email, separators) is None:
+        raise NotFound("that address is not suppressed")
+    return Response(status_code=204)
+
+
+# Metrics for Prometheus, and the API's own documentation, served without a CDN.
+operations = APIRouter(route_class=ScopedRoute)
+
+
+@operations.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses=json_errors(401, 403),
+    summary="Prometheus text: queue health, outcomes, latencies",
+    **access("metrics"),
+)
+async def metrics_text() -> PlainTextResponse:
+    return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@operations.get("/openapi.json", include_in_schema=False, **access("read"))
+async def openapi_json(request: Request) -> OrjsonResponse:
+    return OrjsonResponse(openapi_document(request.app))
+
+
+@operations.get("/docs", include_in_schema=False, **access("read"))
+async def docs() -> HTMLResponse:
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title="notifier API",
+        swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+        swagger_css_url="/docs/assets/swagger-ui.css",
+        swagger_favicon_url="/docs/assets/favicon.png",
     )
-    async def clear_suppression(email: str, conn: Conn, svc: Svc) -> Response:
-        separators = svc.policy.limits.subaddress_separators
-        if await suppressions.clear(conn, email, separators) is None:
-            raise NotFound("that address is not suppressed")
-        return Response(status_code=204)
-
-    return router
 
 
-def _operations(app: FastAPI) -> APIRouter:
-    """Metrics for Prometheus, and the API's own documentation, served without a CDN."""
-    router = APIRouter(route_class=ScopedRoute)
-
-    @router.get(
-        "/metrics",
-        response_class=PlainTextResponse,
-        responses=json_errors(401, 403),
-        summary="Prometheus text: queue health, outcomes, latencies",
-        **access("metrics"),
-    )
-    async def metrics_text() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
-    @router.get("/openapi.json", include_in_schema=False, **access("read"))
-    async def openapi_json() -> OrjsonResponse:
-        return OrjsonResponse(openapi_document(app))
-
-    @router.get("/docs", include_in_schema=False, **access("read"))
-    async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title="notifier API",
-            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
-            swagger_css_url="/docs/assets/swagger-ui.css",
-            swagger_favicon_url="/docs/assets/favicon.png",
-        )
-
-    @router.get("/docs/assets/{name}", include_in_schema=False, **access("read"))
-    async def docs_asset(name: str) -> Response:
-        media_type = _SWAGGER_ASSETS.get(name)
-        if media_type is None:
-            raise NotFound("no such asset")
-        body = resources.files("fastapi_offline").joinpath("static", name).read_bytes()
-        return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=86400"})
-
-    return router
+@operations.get("/docs/assets/{name}", include_in_schema=False, **access("read"))
+async def docs_asset(name: str) -> Response:
+    media_type = _SWAGGER_ASSETS.get(name)
+    if media_type is None:
+        raise NotFound("no such asset")
+    body = resources.files("fastapi_offline").joinpath("static", name).read_bytes()
+    return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=86400"})
 
 
 def openapi_document(app: FastAPI) -> dict[str, Any]:
@@ -327,45 +326,45 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def _sign_in() -> APIRouter:
-    """A browser's way in: a key pasted into a form becomes a session cookie for reading."""
-    router = APIRouter(route_class=ScopedRoute)
+# A browser's way in: a key pasted into a form becomes a session cookie for reading.
+sign_in_routes = APIRouter(route_class=ScopedRoute)
 
-    @router.get("/sign-in", include_in_schema=False, **access("open"))
-    async def sign_in_form(next: str = HOME_PATH) -> Response:
-        return sign_in_response(local_path(next))
 
-    @router.post("/sign-in", include_in_schema=False, **access("open"))
-    async def sign_in(
-        request: Request,
-        svc: Svc,
-        key: Annotated[str, Form(max_length=200)] = "",
-        next: Annotated[str, Form(max_length=2000)] = HOME_PATH,
-    ) -> Response:
-        if not same_site(request.headers):
-            return sign_in_response(local_path(next), "Sign in from this site.", 403)
-        principal = await svc.keyring.authenticate(key)
-        if principal is None:
-            return sign_in_response(local_path(next), "That key is not valid.", 401)
-        response = RedirectResponse(local_path(next), status_code=303)
-        response.set_cookie(
-            SESSION_COOKIE,
-            svc.sessions.issue(principal.key_id),
-            max_age=SESSION_SECONDS,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-        )
-        return response
+@sign_in_routes.get("/sign-in", include_in_schema=False, **access("open"))
+async def sign_in_form(next: str = HOME_PATH) -> Response:
+    return sign_in_response(local_path(next))
 
-    @router.post("/sign-out", include_in_schema=False, **access("open"))
-    async def sign_out(request: Request, svc: Svc) -> Response:
-        opened = svc.sessions.opened(request.cookies.get(SESSION_COOKIE, ""))
-        if opened is not None:
-            # Every session of this key ends, not only this browser's copy of the cookie.
-            await svc.keyring.sign_out(opened[0], time.time())
-        response = RedirectResponse("/sign-in", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
-        return response
 
-    return router
+@sign_in_routes.post("/sign-in", include_in_schema=False, **access("open"))
+async def sign_in(
+    request: Request,
+    svc: Svc,
+    key: Annotated[str, Form(max_length=200)] = "",
+    next: Annotated[str, Form(max_length=2000)] = HOME_PATH,
+) -> Response:
+    if not same_site(request.headers):
+        return sign_in_response(local_path(next), "Sign in from this site.", 403)
+    principal = await svc.keyring.authenticate(key)
+    if principal is None:
+        return sign_in_response(local_path(next), "That key is not valid.", 401)
+    response = RedirectResponse(local_path(next), status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        svc.sessions.issue(principal.key_id),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@sign_in_routes.post("/sign-out", include_in_schema=False, **access("open"))
+async def sign_out(request: Request, svc: Svc) -> Response:
+    opened = svc.sessions.opened(request.cookies.get(SESSION_COOKIE, ""))
+    if opened is not None:
+        # Every session of this key ends, not only this browser's copy of the cookie.
+        await svc.keyring.sign_out(opened[0], time.time())
+    response = RedirectResponse("/sign-in", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
+    return response

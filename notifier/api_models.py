@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from notifier.locales import LOCALE_MAX_CHARS, LOCALE_PATTERN
+from notifier.outcomes import DeliveryStatus
 from notifier.verifications import USER_ID_MAX_CHARS
 
 EMAIL_MAX_CHARS = 254
@@ -39,9 +40,6 @@ class VerificationIn(Strict):
         "with templates is used, English by default.",
         examples=["de"],
     )
-
-
-DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired"]
 
 
 class VerificationAccepted(BaseModel):

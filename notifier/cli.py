@@ -5,17 +5,29 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
 from notifier import migrations
-from notifier.config import DatabaseSettings
+from notifier.config import (
+    ApiSettings,
+    DatabaseSettings,
+    LogSettings,
+    MessageSettings,
+    RequestSettings,
+    RetentionSettings,
+    SmtpSettings,
+    Thresholds,
+    TokenSettings,
+    WorkerSettings,
+)
 from notifier.database import ONE_SHOT_CACHE, PERMISSION_DENIED, connect, database_url, describe
 from notifier.errors import NotifierError, UsageError
 from notifier.logs import configure_logging
+from notifier.settings_spec import describe_settings, environment
 
 log = logging.getLogger("notifier")
 
@@ -182,7 +194,7 @@ async def _keys(url: str, args: argparse.Namespace) -> int:
         if args.action == "create":
             key = None
             if args.key_from_env is not None:
-                key = os.environ.get(args.key_from_env, "").strip()
+                key = environment().get(args.key_from_env, "").strip()
                 if not key:
                     raise UsageError(f"{args.key_from_env} is unset or empty")
             scopes = [s for given in args.scope or ["request"] for s in given.split(",") if s]
@@ -247,14 +259,67 @@ def cmd_grants(args: argparse.Namespace) -> int:
         return anyio.run(_grants, url, args.role, backend="asyncio")
 
 
+# The settings each command reads, for its --help (from the declarations, never copied).
+_READS: dict[str, tuple[type, ...]] = {
+    "migrate": (DatabaseSettings,),
+    "worker": (
+        DatabaseSettings,
+        WorkerSettings,
+        SmtpSettings,
+        TokenSettings,
+        MessageSettings,
+        RetentionSettings,
+        RequestSettings,
+    ),
+    "api": (DatabaseSettings, ApiSettings, TokenSettings, RequestSettings, SmtpSettings),
+    "dev": (
+        DatabaseSettings,
+        ApiSettings,
+        TokenSettings,
+        RequestSettings,
+        WorkerSettings,
+        MessageSettings,
+    ),
+    "stats": (DatabaseSettings, Thresholds),
+    "cleanup": (DatabaseSettings, RetentionSettings, RequestSettings),
+    "suppressions": (DatabaseSettings, RequestSettings),
+    "keys": (DatabaseSettings,),
+    "grants": (DatabaseSettings,),
+}
+
+
+def _command(commands: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help says what it does and every setting it reads."""
+    reads = _READS[name] + (LogSettings,)
+    return commands.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=description,
+        epilog="settings it reads (environment variables):\n" + describe_settings(reads),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_service_commands(commands)
+    _add_operator_commands(commands)
+    return parser
 
-    migrate = commands.add_parser("migrate", help="apply pending schema migrations")
+
+def _add_service_commands(commands: Any) -> None:
+    migrate = _command(
+        commands,
+        "migrate",
+        "apply pending schema migrations",
+        "Apply the SQL migrations in schema/ that the database lacks, in order, each in its "
+        "own transaction, under an advisory lock (any number may run at once). Forward-only: "
+        "an applied migration whose file changed is refused.",
+    )
     migrate.add_argument(
         "--status",
         action="store_true",
@@ -262,16 +327,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.set_defaults(handler=cmd_migrate)
 
-    worker = commands.add_parser(
-        "worker", help="deliver verification emails until SIGTERM (settings: NOTIFIER_*)"
+    worker = _command(
+        commands,
+        "worker",
+        "deliver verification emails until SIGTERM",
+        "Claim deliveries as notifications (or the sweep) find them, send them over SMTP and "
+        "settle them, until SIGTERM or SIGINT: sends in flight get the shutdown grace, the "
+        "rest are handed back. A second signal exits at once.",
     )
     worker.set_defaults(handler=cmd_worker)
 
-    api = commands.add_parser("api", help="serve the HTTP API (NOTIFIER_API_HOST/PORT)")
+    api = _command(
+        commands,
+        "api",
+        "serve the internal API and the public link pages",
+        "Serve the internal API (keys required) on NOTIFIER_API_HOST/PORT and the public link "
+        "pages on NOTIFIER_PUBLIC_HOST/PORT, until SIGTERM or SIGINT.",
+    )
     api.set_defaults(handler=cmd_api)
 
-    dev = commands.add_parser(
-        "dev", help="everything in one process: embedded database, API, worker, dev inbox"
+    dev = _command(
+        commands,
+        "dev",
+        "everything in one process: embedded database, API, worker, dev inbox",
+        "An embedded PostgreSQL (unless NOTIFIER_DATABASE_URL is set), a mail server that "
+        "keeps what it gets in a web inbox, both HTTP listeners and a worker, on loopback. Its "
+        "token secret, API key and inbox live in NOTIFIER_DATA_DIR.",
     )
     dev.add_argument(
         "--allow-remote",
@@ -281,8 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(handler=cmd_dev)
 
-    stats = commands.add_parser(
-        "stats", help="queue health from the database; exits 1 when an alert threshold is crossed"
+
+def _add_operator_commands(commands: Any) -> None:
+    stats = _command(
+        commands,
+        "stats",
+        "queue health; exits 1 when an alert threshold is crossed",
+        "The queue's health and recent outcomes from the database, as tables or JSON; exits "
+        "1 when a threshold is crossed, so it can serve as an alert probe.",
     )
     stats.add_argument("--json", action="store_true", help="print JSON instead of tables")
     stats.add_argument(
@@ -290,23 +377,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.set_defaults(handler=cmd_stats)
 
-    cleanup = commands.add_parser(
+    cleanup = _command(
+        commands,
         "cleanup",
-        help="scrub and delete finished deliveries (NOTIFIER_SCRUB_AFTER, NOTIFIER_RETENTION)",
+        "scrub and delete finished deliveries, expire suppressions",
+        "Scrub, then delete, finished deliveries by age; delete expired suppressions and "
+        "spent budget counters; in bounded batches, one process at a time.",
     )
     cleanup.set_defaults(handler=cmd_cleanup)
 
-    suppressions = commands.add_parser(
-        "suppressions", help="list addresses suppressed after a permanent failure, or clear one"
+    suppressions = _command(
+        commands,
+        "suppressions",
+        "list suppressed mailboxes, or clear one",
+        "Mailboxes the recipient's server refused for good (unknown, disabled, full) get no "
+        "mail until their suppression expires or is cleared; any spelling clears a mailbox.",
     )
     suppressions.add_argument("action", choices=["list", "clear"])
     suppressions.add_argument("address", nargs="?", help="the address to clear")
     suppressions.set_defaults(handler=cmd_suppressions)
+    _add_keys(commands)
 
-    keys = commands.add_parser(
+    grants = _command(
+        commands,
+        "grants",
+        "give an existing database role what api, worker, stats and cleanup need",
+        "Least privilege: run migrations as the schema's owner, and everything else as a role "
+        "this command grants (run it as the owner, after `notifier migrate`).",
+    )
+    grants.add_argument("role", help="the runtime role, e.g. notifier_runtime")
+    grants.set_defaults(handler=cmd_grants)
+
+
+def _add_keys(commands: Any) -> None:
+    keys = _command(
+        commands,
         "keys",
-        help="API keys for the internal API: create (shown once), list, revoke, generate",
-        description="API keys for the internal API. The database keeps only a hash of each.",
+        "API keys for the internal API: create (shown once), list, revoke, generate",
+        "API keys for the internal API. The database keeps only a hash of each.",
     )
     key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = key_actions.add_parser(
@@ -327,36 +435,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="register the key held in this environment variable (made with `notifier keys "
         "generate`) instead of a new one; registering it again is a no-op (for deployments)",
     )
-    listing = key_actions.add_parser("list", help="every key: id, name, scopes, use, state")
+    listing = key_actions.add_parser(
+        "list", help="every key: id, name, scopes, use, state", description="Every API key."
+    )
     listing.add_argument("--json", action="store_true", help="print JSON")
     revoke = key_actions.add_parser(
-        "revoke", help="revoke a key; requests with it fail within a second"
+        "revoke",
+        help="revoke a key; requests with it fail within a second",
+        description="Revoke a key: requests and sessions with it fail within a second.",
     )
     revoke.add_argument("id", help="the key's id (the 12 hex digits after nfk_)")
     key_actions.add_parser(
-        "generate", help="print a new key without storing it (for a deployment's secret)"
+        "generate",
+        help="print a new key without storing it (for a deployment's secret)",
+        description="Print a new key without storing it; register it with "
+        "`keys create NAME --key-from-env VARIABLE`.",
     )
     keys.set_defaults(handler=cmd_keys)
-
-    grants = commands.add_parser(
-        "grants",
-        help="give an existing database role what api, worker, stats and cleanup need",
-        description="Least privilege: run migrations as the schema's owner, and everything "
-        "else as a role this command grants (run it as the owner, after `notifier migrate`).",
-    )
-    grants.add_argument("role", help="the runtime role, e.g. notifier_runtime")
-    grants.set_defaults(handler=cmd_grants)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     # Dev mode is read by a person; everything else by a log pipeline.
-    fmt = os.environ.get("NOTIFIER_LOG_FORMAT", "text" if args.command == "dev" else "json")
-    configure_logging(
-        "text" if fmt.strip().lower() == "text" else "json",
-        logging.DEBUG if args.verbose else logging.INFO,
-    )
+    try:
+        fmt = LogSettings.from_env().format or ("text" if args.command == "dev" else "json")
+    except NotifierError as exc:
+        print(f"notifier: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    configure_logging(fmt, logging.DEBUG if args.verbose else logging.INFO)
     try:
         code = args.handler(args)
     except NotifierError as exc:

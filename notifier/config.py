@@ -1,46 +1,43 @@
-"""Settings: every NOTIFIER_* environment variable, parsed and validated once at start.
+"""Settings: every NOTIFIER_* environment variable, declared once and read by one function.
 
-Each field documents its variable, default and unit where it is defined. An invalid value
-raises ConfigError naming the variable, so the process stops at start with a clear message.
+Each setting is a field declared with `setting(...)` (notifier.settings_spec): its variable,
+parser, default, unit and meaning side by side. `Group.from_env()` reads a group through
+`settings_spec.load`, the one place the environment is read. An invalid value raises
+ConfigError naming the variable, the value and what is expected, so the process stops at
+start with a clear message. `GROUPS` lists every group, for `--help` and the docs test.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from notifier.errors import ConfigError
+from notifier.settings_spec import Env, load, setting
 
-T = TypeVar("T")
-Env = Mapping[str, str]
+G = TypeVar("G", bound="Group")
 
 DEFAULT_DATA_DIR = Path(".notifier")
+DEFAULT_PRODUCT_NAME = "notifier"
+DAY = 86400.0
 
 
-def _read(
-    env: Env,
-    name: str,
-    parse: Callable[[str], T],
-    default: T,
-    *,
-    secret: bool = False,
-    empty: bool = False,
-) -> T:
-    """`name`'s value parsed, or `default` when unset (or blank, unless `empty` allows it)."""
-    raw = env.get(name)
-    if raw is None or (raw.strip() == "" and not (empty and raw == "")):
-        return default
-    try:
-        return parse(raw.strip())
-    except ValueError as exc:
-        shown = "" if secret else f" (got {raw!r})"
-        raise ConfigError(name, f"{exc}{shown}") from exc
+class Group:
+    """A group of settings one part of notifier reads together."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_env(cls: type[G], env: Env | None = None) -> G:
+        return load(cls, env)
+
+
+# -- parsers: text to value, or ValueError saying what is expected ---------------------------
 
 
 def _seconds(low: float, high: float) -> Callable[[str], float]:
@@ -63,8 +60,11 @@ def _integer(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
+def _choice(kind: Any) -> Callable[[str], Any]:
+    """A parser for one of a Literal type's words (case-insensitive)."""
+    choices = get_args(kind)
+
+    def parse(raw: str) -> Any:
         if raw.lower() not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
         return raw.lower()
@@ -145,254 +145,6 @@ def _display_name(raw: str) -> str:
     return raw
 
 
-@dataclass(frozen=True, slots=True)
-class DatabaseSettings:
-    """Where the database is: a server URL, or an embedded server in a data directory."""
-
-    # NOTIFIER_DATABASE_URL: a postgresql:// URL. Unset: notifier runs an embedded
-    # PostgreSQL in data_dir, starting it on demand and stopping it at exit.
-    url: str | None = None
-    # NOTIFIER_DATA_DIR: the directory the embedded server owns (created on first use).
-    data_dir: Path = DEFAULT_DATA_DIR
-    # NOTIFIER_LISTEN_DATABASE_URL: where the workers' LISTEN connections and `notifier
-    # migrate` go; both need a session of their own (direct, or a session-mode pooler).
-    # Unset: NOTIFIER_DATABASE_URL. Lets the pools go through a transaction-mode pooler.
-    listen_url: str | None = None
-    # NOTIFIER_STATEMENT_CACHE_SIZE: prepared statements each connection to
-    # NOTIFIER_DATABASE_URL keeps (asyncpg's statement_cache_size). 0 turns named prepared
-    # statements off, as PgBouncer in transaction or statement mode needs before 1.21 (or
-    # without max_prepared_statements): a statement prepared in one transaction would be
-    # missing on the next server connection.
-    statement_cache_size: int = 100
-
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> DatabaseSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        settings = cls(
-            url=_read(env, "NOTIFIER_DATABASE_URL", _database_url, None),
-            data_dir=_read(env, "NOTIFIER_DATA_DIR", Path, DEFAULT_DATA_DIR),
-            listen_url=_read(env, "NOTIFIER_LISTEN_DATABASE_URL", _database_url, None),
-            statement_cache_size=_read(
-                env, "NOTIFIER_STATEMENT_CACHE_SIZE", _integer(0, 10_000), d.statement_cache_size
-            ),
-        )
-        if settings.listen_url is not None and settings.url is None:
-            raise ConfigError(
-                "NOTIFIER_LISTEN_DATABASE_URL",
-                "needs NOTIFIER_DATABASE_URL too (the embedded server has one address)",
-            )
-        return settings
-
-    def listen_url_for(self, url: str) -> str:
-        """The LISTEN (and migration) URL, given the URL the pools use."""
-        return self.listen_url or url
-
-
-TlsMode = Literal["none", "starttls", "tls"]
-
-
-@dataclass(frozen=True, slots=True)
-class SmtpSettings:
-    """How to reach the mail server, and who the mail is from."""
-
-    # NOTIFIER_SMTP_HOST: the mail server's host name or address.
-    host: str = "localhost"
-    # NOTIFIER_SMTP_PORT: its port.
-    port: int = 25
-    # NOTIFIER_SMTP_USERNAME / NOTIFIER_SMTP_PASSWORD: AUTH credentials; unset means no AUTH.
-    username: str | None = None
-    password: str | None = None
-    # NOTIFIER_SMTP_TLS: none (plain), starttls (upgrade, required) or tls (implicit, port 465).
-    tls: TlsMode = "none"
-    # NOTIFIER_SMTP_VALIDATE_CERTS: verify the server's certificate (turn off only for tests).
-    validate_certs: bool = True
-    # NOTIFIER_SMTP_CA_FILE: PEM bundle of the authorities to trust (a private relay's CA);
-    # unset: the system's.
-    ca_file: Path | None = None
-    # NOTIFIER_SMTP_CONNECT_TIMEOUT: seconds to connect and greet.
-    connect_timeout: float = 10.0
-    # NOTIFIER_SMTP_COMMAND_TIMEOUT: seconds to wait for each reply before DATA.
-    command_timeout: float = 30.0
-    # NOTIFIER_SMTP_DATA_TIMEOUT: seconds to wait for the reply after the message body; a
-    # timeout there is an unknown outcome (the server may have kept the message).
-    data_timeout: float = 120.0
-    # NOTIFIER_SMTP_POOL_SIZE: connections kept open to the server (at most this many sends
-    # run at once per worker process).
-    pool_size: int = 8
-    # NOTIFIER_MAIL_FROM: the From address of every message.
-    mail_from: str = "notifier@localhost"
-    # NOTIFIER_MESSAGE_ID_DOMAIN: the right-hand side of Message-IDs; default: mail_from's domain.
-    message_id_domain: str | None = None
-
-    @property
-    def id_domain(self) -> str:
-        return self.message_id_domain or self.mail_from.rpartition("@")[2]
-
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> SmtpSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        return cls(
-            host=_read(env, "NOTIFIER_SMTP_HOST", _text, d.host),
-            port=_read(env, "NOTIFIER_SMTP_PORT", _integer(1, 65535), d.port),
-            username=_read(env, "NOTIFIER_SMTP_USERNAME", _text, d.username),
-            password=_read(env, "NOTIFIER_SMTP_PASSWORD", str, d.password, secret=True),
-            tls=_read(env, "NOTIFIER_SMTP_TLS", _choice("none", "starttls", "tls"), d.tls),  # type: ignore[arg-type]
-            validate_certs=_read(env, "NOTIFIER_SMTP_VALIDATE_CERTS", _boolean, d.validate_certs),
-            ca_file=_read(env, "NOTIFIER_SMTP_CA_FILE", _existing_file, d.ca_file),
-            connect_timeout=_read(
-                env, "NOTIFIER_SMTP_CONNECT_TIMEOUT", _seconds(0.1, 600), d.connect_timeout
-            ),
-            command_timeout=_read(
-                env, "NOTIFIER_SMTP_COMMAND_TIMEOUT", _seconds(0.1, 600), d.command_timeout
-            ),
-            data_timeout=_read(
-                env, "NOTIFIER_SMTP_DATA_TIMEOUT", _seconds(0.1, 1200), d.data_timeout
-            ),
-            pool_size=_read(env, "NOTIFIER_SMTP_POOL_SIZE", _integer(1, 256), d.pool_size),
-            mail_from=_read(env, "NOTIFIER_MAIL_FROM", _address, d.mail_from),
-            message_id_domain=_read(env, "NOTIFIER_MESSAGE_ID_DOMAIN", _text, d.message_id_domain),
-        )
-
-
-# The environment variable naming a directory of template overrides (see messages.Templates).
-TEMPLATE_DIR_VARIABLE = "NOTIFIER_TEMPLATE_DIR"
-DEFAULT_PRODUCT_NAME = "notifier"
-
-
-@dataclass(frozen=True, slots=True)
-class MessageSettings:
-    """What the verification email calls the product, whose name it comes from, and where
-    its template overrides are."""
-
-    # NOTIFIER_PRODUCT_NAME: the product the email names (subject, heading, footer).
-    product_name: str = DEFAULT_PRODUCT_NAME
-    # NOTIFIER_MAIL_FROM_NAME: the display name in the From header ("Acme" <noreply@...>);
-    # unset: the product name.
-    mail_from_name: str | None = None
-    # NOTIFIER_TEMPLATE_DIR: a directory of template overrides (files at its top replace the
-    # English ones, files in <locale>/ subdirectories those of that language); unset: the
-    # shipped templates only.
-    template_dir: Path | None = None
-
-    @property
-    def sender_name(self) -> str:
-        return self.mail_from_name or self.product_name
-
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> MessageSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        return cls(
-            product_name=_read(env, "NOTIFIER_PRODUCT_NAME", _display_name, d.product_name),
-            mail_from_name=_read(env, "NOTIFIER_MAIL_FROM_NAME", _display_name, d.mail_from_name),
-            template_dir=_read(env, TEMPLATE_DIR_VARIABLE, Path, d.template_dir),
-        )
-
-
-Mode = Literal["notify", "poll"]
-TransportKind = Literal["smtp", "null"]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSettings:
-    """How a worker finds, claims, retries and lets go of deliveries."""
-
-    # NOTIFIER_MODE: notify (LISTEN, plus a slow sweep) or poll (no LISTEN: the baseline).
-    mode: Mode = "notify"
-    # NOTIFIER_POLL_INTERVAL: seconds between polls in poll mode.
-    poll_interval: float = 1.0
-    # NOTIFIER_SWEEP_INTERVAL: seconds between fallback sweeps in notify mode.
-    sweep_interval: float = 10.0
-    # NOTIFIER_LEASE_SECONDS: how long a claim owns a row without renewal; renewed every third
-    # of it while a send is in flight. A crashed worker's rows return after this long.
-    lease_seconds: float = 60.0
-    # NOTIFIER_CONCURRENCY: sends in flight per worker process.
-    concurrency: int = 8
-    # NOTIFIER_BATCH_SIZE: the most rows one claim takes (only when work has piled up).
-    batch_size: int = 100
-    # NOTIFIER_MAX_ATTEMPTS: attempts per delivery before it fails (stored on each new row).
-    max_attempts: int = 5
-    # NOTIFIER_RETRY_BASE / _FACTOR / _CEILING: the n-th retry waits base * factor**(n-1)
-    # seconds, jittered, at most the ceiling (defaults: 1 min, 5 min, 15 min, 15 min, ...).
-    retry_base: float = 60.0
-    retry_factor: float = 5.0
-    retry_ceiling: float = 900.0
-    # NOTIFIER_RETRY_JITTER: the fraction by which a retry delay is randomly shortened or
-    # lengthened, so retries of one outage spread out.
-    retry_jitter: float = 0.2
-    # NOTIFIER_UNKNOWN_OUTCOME_LIMIT: deliveries whose outcome was unknown this many times are
-    # failed and flagged rather than sent again (each retry may be a duplicate).
-    unknown_outcome_limit: int = 3
-    # NOTIFIER_SHUTDOWN_GRACE: seconds in-flight sends get to finish after SIGTERM.
-    shutdown_grace: float = 30.0
-    # NOTIFIER_LISTENER_CHECK_INTERVAL: seconds between the listener's self-notification
-    # round trips; NOTIFIER_LISTENER_CHECK_TIMEOUT: how long one may take before the
-    # listener is declared dead and reconnected.
-    listener_check_interval: float = 15.0
-    listener_check_timeout: float = 5.0
-    # NOTIFIER_TRANSPORT: smtp, or null (accepts everything at once; for benchmarks).
-    transport: TransportKind = "smtp"
-    # NOTIFIER_SUPPRESSION_TTL: seconds an address the recipient's server refused for good
-    # (mailbox unknown, disabled, full) stays suppressed; then requests for it are accepted
-    # again, and retention deletes the entry.
-    suppression_ttl: float = 30 * 86400.0
-
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> WorkerSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        settings = cls(
-            mode=_read(env, "NOTIFIER_MODE", _choice("notify", "poll"), d.mode),  # type: ignore[arg-type]
-            poll_interval=_read(
-                env, "NOTIFIER_POLL_INTERVAL", _seconds(0.001, 3600), d.poll_interval
-            ),
-            sweep_interval=_read(
-                env, "NOTIFIER_SWEEP_INTERVAL", _seconds(0.01, 3600), d.sweep_interval
-            ),
-            lease_seconds=_read(env, "NOTIFIER_LEASE_SECONDS", _seconds(1, 3600), d.lease_seconds),
-            concurrency=_read(env, "NOTIFIER_CONCURRENCY", _integer(1, 1024), d.concurrency),
-            batch_size=_read(env, "NOTIFIER_BATCH_SIZE", _integer(1, 1000), d.batch_size),
-            max_attempts=_read(env, "NOTIFIER_MAX_ATTEMPTS", _integer(1, 100), d.max_attempts),
-            retry_base=_read(env, "NOTIFIER_RETRY_BASE", _seconds(0.001, 86400), d.retry_base),
-            retry_factor=_read(env, "NOTIFIER_RETRY_FACTOR", _float_at_least(1.0), d.retry_factor),
-            retry_ceiling=_read(
-                env, "NOTIFIER_RETRY_CEILING", _seconds(0.001, 7 * 86400), d.retry_ceiling
-            ),
-            retry_jitter=_read(env, "NOTIFIER_RETRY_JITTER", _fraction, d.retry_jitter),
-            unknown_outcome_limit=_read(
-                env, "NOTIFIER_UNKNOWN_OUTCOME_LIMIT", _integer(1, 100), d.unknown_outcome_limit
-            ),
-            shutdown_grace=_read(
-                env, "NOTIFIER_SHUTDOWN_GRACE", _seconds(0, 3600), d.shutdown_grace
-            ),
-            listener_check_interval=_read(
-                env,
-                "NOTIFIER_LISTENER_CHECK_INTERVAL",
-                _seconds(0.05, 3600),
-                d.listener_check_interval,
-            ),
-            listener_check_timeout=_read(
-                env,
-                "NOTIFIER_LISTENER_CHECK_TIMEOUT",
-                _seconds(0.05, 600),
-                d.listener_check_timeout,
-            ),
-            transport=_read(env, "NOTIFIER_TRANSPORT", _choice("smtp", "null"), d.transport),  # type: ignore[arg-type]
-            suppression_ttl=_read(
-                env, "NOTIFIER_SUPPRESSION_TTL", _seconds(60, 3650 * 86400), d.suppression_ttl
-            ),
-        )
-        settings.check()
-        return settings
-
-    def check(self) -> None:
-        """Cross-field rules that single values cannot express."""
-        if self.retry_ceiling < self.retry_base:
-            raise ConfigError("NOTIFIER_RETRY_CEILING", "must not be below NOTIFIER_RETRY_BASE")
-
-
 def _float_at_least(low: float) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         value = float(raw)
@@ -408,42 +160,6 @@ def _fraction(raw: str) -> float:
     if not 0 <= value < 1:
         raise ValueError("must be a fraction from 0 up to (not including) 1")
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class TokenSettings:
-    """The secret that verification tokens are derived from, and how long they live."""
-
-    # NOTIFIER_TOKEN_SECRET: one or more secrets, comma-separated, newest first; each at least
-    # 32 characters. New tokens use the first; the others keep links sent under them working
-    # until they expire, so a secret can be rotated without breaking links in flight.
-    secrets: tuple[str, ...] = ()
-    # NOTIFIER_TOKEN_TTL: seconds a verification link stays valid (independent of leases).
-    ttl_seconds: float = 3600.0
-    # NOTIFIER_PUBLIC_URL: where people reach the public listener (through the reverse
-    # proxy in front of it); links are built as {url}/verify?token=...
-    public_url: str = "http://127.0.0.1:8001"
-
-    @classmethod
-    def from_env(
-        cls, env: Env | None = None, *, required: bool = True, strict: bool = True
-    ) -> TokenSettings:
-        """The token settings; `strict` (all but `notifier dev`) refuses weak secrets."""
-        env = os.environ if env is None else env
-        d = cls()
-        parse = _strong_secret_list if strict else _secret_list
-        secrets = _read(env, "NOTIFIER_TOKEN_SECRET", parse, d.secrets, secret=True)
-        if required and not secrets:
-            raise ConfigError(
-                "NOTIFIER_TOKEN_SECRET",
-                f"is required: set it to a random string of at least 32 characters; "
-                f"{_GENERATE_HINT}",
-            )
-        return cls(
-            secrets=secrets,
-            ttl_seconds=_read(env, "NOTIFIER_TOKEN_TTL", _seconds(60, 30 * 86400), d.ttl_seconds),
-            public_url=_read(env, "NOTIFIER_PUBLIC_URL", _http_url, d.public_url),
-        )
 
 
 # Shorter secrets make the HMAC key guessable offline from a single leaked link.
@@ -486,184 +202,553 @@ def estimated_bits(secret: str) -> float:
     return -sum(n * math.log2(n / len(secret)) for n in counts.values())
 
 
-@dataclass(frozen=True, slots=True)
-class RequestSettings:
-    """Limits on verification requests. Every limit counts canonical mailboxes (lowercased,
-    sub-address tags stripped, IDNA domain), so spellings of one address share a budget."""
-
-    # NOTIFIER_IDEMPOTENCY_TTL: seconds an Idempotency-Key is remembered (then reusable).
-    idempotency_ttl: float = 86400.0
-    # NOTIFIER_RESEND_LIMIT: requests allowed per user and per mailbox within
-    # NOTIFIER_RESEND_WINDOW seconds (the window every limit uses); beyond it, 429.
-    resend_limit: int = 5
-    resend_window: float = 3600.0
-    # NOTIFIER_DOMAIN_LIMIT: requests per recipient domain per window (0: no limit); keeps
-    # one noisy domain from burning the sender's reputation with it.
-    domain_limit: int = 1000
-    # NOTIFIER_CLIENT_LIMIT: requests per API key per window (0: no limit).
-    client_limit: int = 10_000
-    # NOTIFIER_GLOBAL_LIMIT: requests in all per window (0: no limit); a ceiling on what
-    # a compromised client or a bug can make the mail server send.
-    global_limit: int = 100_000
-    # NOTIFIER_SUBADDRESS_SEPARATORS: characters that start a sub-address tag in a local
-    # part ("ada+news" is "ada"); empty: none.
-    subaddress_separators: str = "+"
-
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> RequestSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        return cls(
-            idempotency_ttl=_read(
-                env, "NOTIFIER_IDEMPOTENCY_TTL", _seconds(60, 30 * 86400), d.idempotency_ttl
-            ),
-            resend_limit=_read(
-                env, "NOTIFIER_RESEND_LIMIT", _integer(1, 1_000_000), d.resend_limit
-            ),
-            resend_window=_read(
-                env, "NOTIFIER_RESEND_WINDOW", _seconds(1, 30 * 86400), d.resend_window
-            ),
-            domain_limit=_read(env, "NOTIFIER_DOMAIN_LIMIT", _integer(0, 10**9), d.domain_limit),
-            client_limit=_read(env, "NOTIFIER_CLIENT_LIMIT", _integer(0, 10**9), d.client_limit),
-            global_limit=_read(env, "NOTIFIER_GLOBAL_LIMIT", _integer(0, 10**9), d.global_limit),
-            subaddress_separators=_read(
-                env,
-                "NOTIFIER_SUBADDRESS_SEPARATORS",
-                _separators,
-                d.subaddress_separators,
-                empty=True,
-            ),
-        )
-
-
 def _separators(raw: str) -> str:
     if len(raw) > 4 or any(c.isalnum() or c.isspace() or c in '@"' for c in raw):
         raise ValueError("must be up to 4 punctuation characters, such as + or +-")
     return raw
 
 
-@dataclass(frozen=True, slots=True)
-class ApiSettings:
-    """Where the two HTTP listeners listen, and what one client can hold of them."""
+# -- the groups --------------------------------------------------------------------------------
 
-    # NOTIFIER_API_HOST / NOTIFIER_API_PORT: the internal API (/v1/*, /metrics, /docs), for
-    # the app backend, operators and Prometheus; every route but the probes needs a key.
-    # Never expose it to the internet.
-    host: str = "127.0.0.1"
-    port: int = 8000
-    # NOTIFIER_PUBLIC_HOST / NOTIFIER_PUBLIC_PORT: the public pages an emailed link opens
-    # (/verify, /verify/resend, the JSON confirm) and nothing else; the one port to expose,
-    # behind a reverse proxy. NOTIFIER_PUBLIC_URL is where people reach it.
-    public_host: str = "127.0.0.1"
-    public_port: int = 8001
-    # NOTIFIER_MAX_BODY_BYTES: larger request bodies are refused with 413.
-    max_body_bytes: int = 16 * 1024
-    # NOTIFIER_HTTP_HEADER_TIMEOUT: seconds a connection gets to send a request's head, from
-    # when it opens or its previous response was sent; then it is closed.
-    header_timeout: float = 10.0
-    # NOTIFIER_HTTP_BODY_TIMEOUT: seconds a client gets to send a whole request body before
-    # it is answered 408 (a trickled body would hold a connection and a database connection).
-    body_timeout: float = 10.0
-    # NOTIFIER_HTTP_KEEPALIVE_TIMEOUT: seconds an idle kept-alive connection stays open.
-    keepalive_timeout: int = 5
-    # NOTIFIER_HTTP_LIMIT_CONCURRENCY: connections plus requests in progress each listener
-    # takes on; beyond it, new requests get 503 at once instead of queueing without bound.
-    limit_concurrency: int = 1000
-    # NOTIFIER_TRACE_URL_TEMPLATE: where the console links a delivery's trace id, with
-    # {trace_id} in its place (Jaeger: http://jaeger:16686/trace/{trace_id}). Unset: the
-    # console shows the trace id without a link.
-    trace_url_template: str | None = None
+
+@dataclass(frozen=True, slots=True)
+class DatabaseSettings(Group):
+    """Where the database is: a server URL, or an embedded server in a data directory."""
+
+    url: str | None = setting(
+        "NOTIFIER_DATABASE_URL",
+        _database_url,
+        None,
+        "A postgresql:// URL (several hosts and target_session_attrs=read-write for "
+        "failover). Unset: an embedded PostgreSQL in NOTIFIER_DATA_DIR.",
+        default_text="unset (embedded)",
+    )
+    data_dir: Path = setting(
+        "NOTIFIER_DATA_DIR",
+        Path,
+        DEFAULT_DATA_DIR,
+        "The directory of the embedded server and of `notifier dev`'s secret, key and inbox.",
+    )
+    listen_url: str | None = setting(
+        "NOTIFIER_LISTEN_DATABASE_URL",
+        _database_url,
+        None,
+        "Where the workers' LISTEN connections and `notifier migrate` go (a session of their "
+        "own); lets the pools go through a transaction-mode pooler.",
+        default_text="NOTIFIER_DATABASE_URL",
+    )
+    statement_cache_size: int = setting(
+        "NOTIFIER_STATEMENT_CACHE_SIZE",
+        _integer(0, 10_000),
+        100,
+        "Prepared statements each pooled connection keeps; 0 behind PgBouncer in "
+        "transaction or statement mode (before 1.21).",
+    )
+
+    def check(self) -> None:
+        if self.listen_url is not None and self.url is None:
+            raise ConfigError(
+                "NOTIFIER_LISTEN_DATABASE_URL",
+                "needs NOTIFIER_DATABASE_URL too (the embedded server has one address)",
+            )
+
+    def listen_url_for(self, url: str) -> str:
+        """The LISTEN (and migration) URL, given the URL the pools use."""
+        return self.listen_url or url
+
+
+TlsMode = Literal["none", "starttls", "tls"]
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSettings(Group):
+    """How to reach the mail server, and who the mail is from."""
+
+    host: str = setting("NOTIFIER_SMTP_HOST", _text, "localhost", "The mail server.")
+    port: int = setting("NOTIFIER_SMTP_PORT", _integer(1, 65535), 25, "Its port.")
+    username: str | None = setting(
+        "NOTIFIER_SMTP_USERNAME", _text, None, "AUTH user name; unset: no AUTH."
+    )
+    password: str | None = setting(
+        "NOTIFIER_SMTP_PASSWORD", str, None, "AUTH password.", secret=True
+    )
+    tls: TlsMode = setting(
+        "NOTIFIER_SMTP_TLS",
+        _choice(TlsMode),
+        "none",
+        "none (plain), starttls (upgrade, required) or tls (implicit, port 465).",
+    )
+    validate_certs: bool = setting(
+        "NOTIFIER_SMTP_VALIDATE_CERTS",
+        _boolean,
+        True,
+        "Verify the server's certificate (turn off only for tests).",
+    )
+    ca_file: Path | None = setting(
+        "NOTIFIER_SMTP_CA_FILE",
+        _existing_file,
+        None,
+        "PEM bundle of the authorities to trust (a private relay's CA); unset: the system's.",
+    )
+    connect_timeout: float = setting(
+        "NOTIFIER_SMTP_CONNECT_TIMEOUT",
+        _seconds(0.1, 600),
+        10.0,
+        "Time to connect, greet, STARTTLS and AUTH.",
+        unit="s",
+    )
+    command_timeout: float = setting(
+        "NOTIFIER_SMTP_COMMAND_TIMEOUT",
+        _seconds(0.1, 600),
+        30.0,
+        "Time for each reply before the message body.",
+        unit="s",
+    )
+    data_timeout: float = setting(
+        "NOTIFIER_SMTP_DATA_TIMEOUT",
+        _seconds(0.1, 1200),
+        120.0,
+        "Time for the reply after the body; a timeout there is an unknown outcome (the "
+        "server may have kept the message).",
+        unit="s",
+    )
+    pool_size: int = setting(
+        "NOTIFIER_SMTP_POOL_SIZE",
+        _integer(1, 256),
+        8,
+        "Connections kept open to the server per worker process.",
+    )
+    mail_from: str = setting(
+        "NOTIFIER_MAIL_FROM", _address, "notifier@localhost", "The From address of every message."
+    )
+    message_id_domain: str | None = setting(
+        "NOTIFIER_MESSAGE_ID_DOMAIN",
+        _text,
+        None,
+        "Right-hand side of the stable Message-IDs.",
+        default_text="the domain of NOTIFIER_MAIL_FROM",
+    )
+
+    @property
+    def id_domain(self) -> str:
+        return self.message_id_domain or self.mail_from.rpartition("@")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSettings(Group):
+    """What the verification email calls the product, whose name it comes from, and where
+    its template overrides are."""
+
+    product_name: str = setting(
+        "NOTIFIER_PRODUCT_NAME",
+        _display_name,
+        DEFAULT_PRODUCT_NAME,
+        "The product the email names (subject, heading, footer).",
+    )
+    mail_from_name: str | None = setting(
+        "NOTIFIER_MAIL_FROM_NAME",
+        _display_name,
+        None,
+        'The display name in the From header ("Acme" <noreply@...>).',
+        default_text="NOTIFIER_PRODUCT_NAME",
+    )
+    template_dir: Path | None = setting(
+        "NOTIFIER_TEMPLATE_DIR",
+        Path,
+        None,
+        "A directory of template overrides: files at its top replace the English ones, files "
+        "in <locale>/ those of that language.",
+    )
+
+    @property
+    def sender_name(self) -> str:
+        return self.mail_from_name or self.product_name
+
+
+Mode = Literal["notify", "poll"]
+TransportKind = Literal["smtp", "null"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings(Group):
+    """How a worker finds, claims, retries and lets go of deliveries."""
+
+    mode: Mode = setting(
+        "NOTIFIER_MODE",
+        _choice(Mode),
+        "notify",
+        "notify (LISTEN, plus a slow sweep) or poll (no LISTEN).",
+    )
+    poll_interval: float = setting(
+        "NOTIFIER_POLL_INTERVAL",
+        _seconds(0.001, 3600),
+        1.0,
+        "Time between polls in poll mode.",
+        unit="s",
+    )
+    sweep_interval: float = setting(
+        "NOTIFIER_SWEEP_INTERVAL",
+        _seconds(0.01, 3600),
+        10.0,
+        "Time between fallback sweeps in notify mode (jittered by a tenth).",
+        unit="s",
+    )
+    lease_seconds: float = setting(
+        "NOTIFIER_LEASE_SECONDS",
+        _seconds(1, 3600),
+        60.0,
+        "How long a claim owns a row without renewal; renewed every third of it while a send "
+        "is in flight. A crashed worker's rows return after this long.",
+        unit="s",
+    )
+    concurrency: int = setting(
+        "NOTIFIER_CONCURRENCY",
+        _integer(1, 1024),
+        8,
+        "Sends in flight per worker process; keep it equal to NOTIFIER_SMTP_POOL_SIZE, or "
+        "claims wait for a connection.",
+    )
+    batch_size: int = setting(
+        "NOTIFIER_BATCH_SIZE",
+        _integer(1, 1000),
+        100,
+        "The most rows one claim, pre-send check or completion takes.",
+    )
+    retry_base: float = setting(
+        "NOTIFIER_RETRY_BASE",
+        _seconds(0.001, DAY),
+        60.0,
+        "Retry n waits base * factor^(n-1), jittered, at most the ceiling.",
+        unit="s",
+    )
+    retry_factor: float = setting(
+        "NOTIFIER_RETRY_FACTOR", _float_at_least(1.0), 5.0, "The retry delay's growth factor."
+    )
+    retry_ceiling: float = setting(
+        "NOTIFIER_RETRY_CEILING",
+        _seconds(0.001, 7 * DAY),
+        900.0,
+        "The longest retry delay.",
+        unit="s",
+    )
+    retry_jitter: float = setting(
+        "NOTIFIER_RETRY_JITTER",
+        _fraction,
+        0.2,
+        "The fraction by which a retry delay is randomly shortened or lengthened.",
+    )
+    unknown_outcome_limit: int = setting(
+        "NOTIFIER_UNKNOWN_OUTCOME_LIMIT",
+        _integer(1, 100),
+        3,
+        "Unknown outcomes (the connection lost after the body) before a delivery is failed and "
+        "flagged rather than sent again.",
+    )
+    shutdown_grace: float = setting(
+        "NOTIFIER_SHUTDOWN_GRACE",
+        _seconds(0, 3600),
+        30.0,
+        "Time in-flight sends get to finish after SIGTERM.",
+        unit="s",
+    )
+    listener_check_interval: float = setting(
+        "NOTIFIER_LISTENER_CHECK_INTERVAL",
+        _seconds(0.05, 3600),
+        15.0,
+        "Time between the LISTEN connection's self-notification round trips.",
+        unit="s",
+    )
+    listener_check_timeout: float = setting(
+        "NOTIFIER_LISTENER_CHECK_TIMEOUT",
+        _seconds(0.05, 600),
+        5.0,
+        "How long one round trip may take before the listener is replaced.",
+        unit="s",
+    )
+    transport: TransportKind = setting(
+        "NOTIFIER_TRANSPORT",
+        _choice(TransportKind),
+        "smtp",
+        "smtp, or null (accepts everything at once; for benchmarks).",
+    )
+    suppression_ttl: float = setting(
+        "NOTIFIER_SUPPRESSION_TTL",
+        _seconds(60, 3650 * DAY),
+        30 * DAY,
+        "How long a mailbox the recipient's server refused for good stays suppressed.",
+        unit="s",
+    )
+
+    def check(self) -> None:
+        """Cross-field rules that single values cannot express."""
+        if self.retry_ceiling < self.retry_base:
+            raise ConfigError("NOTIFIER_RETRY_CEILING", "must not be below NOTIFIER_RETRY_BASE")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSettings(Group):
+    """The secret that verification tokens are derived from, and how long they live."""
+
+    secrets: tuple[str, ...] = setting(
+        "NOTIFIER_TOKEN_SECRET",
+        _strong_secret_list,
+        (),
+        "One or more secrets, comma-separated, newest first, each at least 32 characters of "
+        "a generator's output. Removing one revokes the links made with it.",
+        secret=True,
+        default_text="required (notifier dev makes its own)",
+    )
+    ttl_seconds: float = setting(
+        "NOTIFIER_TOKEN_TTL",
+        _seconds(60, 30 * DAY),
+        3600.0,
+        "How long a verification link stays valid (independent of leases).",
+        unit="s",
+    )
+    public_url: str = setting(
+        "NOTIFIER_PUBLIC_URL",
+        _http_url,
+        "http://127.0.0.1:8001",
+        "Where people reach the public listener (through its reverse proxy); links are "
+        "{url}/verify?token=...",
+    )
 
     @classmethod
-    def from_env(cls, env: Env | None = None) -> ApiSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        settings = cls(
-            host=_read(env, "NOTIFIER_API_HOST", _text, d.host),
-            port=_read(env, "NOTIFIER_API_PORT", _integer(1, 65535), d.port),
-            public_host=_read(env, "NOTIFIER_PUBLIC_HOST", _text, d.public_host),
-            public_port=_read(env, "NOTIFIER_PUBLIC_PORT", _integer(1, 65535), d.public_port),
-            max_body_bytes=_read(
-                env, "NOTIFIER_MAX_BODY_BYTES", _integer(256, 1024 * 1024), d.max_body_bytes
-            ),
-            header_timeout=_read(
-                env, "NOTIFIER_HTTP_HEADER_TIMEOUT", _seconds(0.1, 600), d.header_timeout
-            ),
-            body_timeout=_read(
-                env, "NOTIFIER_HTTP_BODY_TIMEOUT", _seconds(0.1, 600), d.body_timeout
-            ),
-            keepalive_timeout=_read(
-                env, "NOTIFIER_HTTP_KEEPALIVE_TIMEOUT", _integer(1, 600), d.keepalive_timeout
-            ),
-            limit_concurrency=_read(
-                env, "NOTIFIER_HTTP_LIMIT_CONCURRENCY", _integer(1, 1_000_000), d.limit_concurrency
-            ),
-            trace_url_template=_read(
-                env, "NOTIFIER_TRACE_URL_TEMPLATE", _trace_url_template, d.trace_url_template
-            ),
-        )
-        if (settings.host, settings.port) == (settings.public_host, settings.public_port):
+    def from_env(
+        cls, env: Env | None = None, *, required: bool = True, strict: bool = True
+    ) -> TokenSettings:
+        """The token settings; `strict` (all but `notifier dev`) refuses weak secrets."""
+        settings = load(cls, env, parsers=None if strict else {"secrets": _secret_list})
+        if required and not settings.secrets:
             raise ConfigError(
-                "NOTIFIER_PUBLIC_PORT",
-                "the public listener needs an address of its own, not the internal API's "
-                f"({settings.host}:{settings.port})",
+                "NOTIFIER_TOKEN_SECRET",
+                f"is required: set it to a random string of at least 32 characters; "
+                f"{_GENERATE_HINT}",
             )
         return settings
 
 
 @dataclass(frozen=True, slots=True)
-class RetentionSettings:
-    """How long finished deliveries keep their addresses, and their rows."""
+class RequestSettings(Group):
+    """Limits on verification requests, and what each new delivery is given. Every limit
+    counts canonical mailboxes (lowercased, sub-address tags stripped, IDNA domain)."""
 
-    # NOTIFIER_SCRUB_AFTER: seconds after a delivery finished before its address is redacted.
-    scrub_after: float = 7 * 86400.0
-    # NOTIFIER_RETENTION: seconds after a delivery finished before it is deleted.
-    retention: float = 30 * 86400.0
-    # NOTIFIER_CLEANUP_BATCH: rows per statement, so no delete ever holds many locks.
-    batch: int = 1000
-    # NOTIFIER_CLEANUP_INTERVAL: seconds between the worker's cleanup runs; 0 turns them off.
-    interval: float = 3600.0
-
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> RetentionSettings:
-        env = os.environ if env is None else env
-        d = cls()
-        settings = cls(
-            scrub_after=_read(
-                env, "NOTIFIER_SCRUB_AFTER", _seconds(0, 3650 * 86400), d.scrub_after
-            ),
-            retention=_read(env, "NOTIFIER_RETENTION", _seconds(0, 3650 * 86400), d.retention),
-            batch=_read(env, "NOTIFIER_CLEANUP_BATCH", _integer(1, 100_000), d.batch),
-            interval=_read(env, "NOTIFIER_CLEANUP_INTERVAL", _seconds(0, 30 * 86400), d.interval),
-        )
-        if settings.scrub_after > settings.retention:
-            raise ConfigError("NOTIFIER_SCRUB_AFTER", "must not exceed NOTIFIER_RETENTION")
-        return settings
+    idempotency_ttl: float = setting(
+        "NOTIFIER_IDEMPOTENCY_TTL",
+        _seconds(60, 30 * DAY),
+        DAY,
+        "How long an Idempotency-Key is remembered (then reusable).",
+        unit="s",
+    )
+    resend_limit: int = setting(
+        "NOTIFIER_RESEND_LIMIT",
+        _integer(1, 1_000_000),
+        5,
+        "Requests per user and per mailbox within the window; beyond it, 429.",
+    )
+    resend_window: float = setting(
+        "NOTIFIER_RESEND_WINDOW",
+        _seconds(1, 30 * DAY),
+        3600.0,
+        "The window every limit counts requests in.",
+        unit="s",
+    )
+    domain_limit: int = setting(
+        "NOTIFIER_DOMAIN_LIMIT",
+        _integer(0, 10**9),
+        1000,
+        "Requests per recipient domain per window (0: none).",
+    )
+    client_limit: int = setting(
+        "NOTIFIER_CLIENT_LIMIT",
+        _integer(0, 10**9),
+        10_000,
+        "Requests per API key per window (0: none).",
+    )
+    global_limit: int = setting(
+        "NOTIFIER_GLOBAL_LIMIT",
+        _integer(0, 10**9),
+        100_000,
+        "Requests in all per window (0: none).",
+    )
+    subaddress_separators: str = setting(
+        "NOTIFIER_SUBADDRESS_SEPARATORS",
+        _separators,
+        "+",
+        'Characters that start a sub-address tag ("ada+news@" is "ada@"); empty: none.',
+        empty=True,
+    )
+    max_attempts: int = setting(
+        "NOTIFIER_MAX_ATTEMPTS",
+        _integer(1, 100),
+        5,
+        "Attempts per delivery before it fails (stored on each new delivery).",
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class Thresholds:
+class ApiSettings(Group):
+    """Where the two HTTP listeners listen, and what one client can hold of them."""
+
+    host: str = setting(
+        "NOTIFIER_API_HOST",
+        _text,
+        "127.0.0.1",
+        "The internal API's address (/v1/*, /metrics, /docs, /console; keys required). "
+        "Never public.",
+    )
+    port: int = setting("NOTIFIER_API_PORT", _integer(1, 65535), 8000, "Its port.")
+    public_host: str = setting(
+        "NOTIFIER_PUBLIC_HOST",
+        _text,
+        "127.0.0.1",
+        "The public pages' address (/verify, the JSON confirm): the one to expose, behind a "
+        "reverse proxy.",
+    )
+    public_port: int = setting("NOTIFIER_PUBLIC_PORT", _integer(1, 65535), 8001, "Its port.")
+    max_body_bytes: int = setting(
+        "NOTIFIER_MAX_BODY_BYTES",
+        _integer(256, 1024 * 1024),
+        16 * 1024,
+        "Larger request bodies get 413.",
+        unit="bytes",
+    )
+    header_timeout: float = setting(
+        "NOTIFIER_HTTP_HEADER_TIMEOUT",
+        _seconds(0.1, 600),
+        10.0,
+        "Time a connection gets to send a request's head (from opening, and after each "
+        "response); then it is closed.",
+        unit="s",
+    )
+    body_timeout: float = setting(
+        "NOTIFIER_HTTP_BODY_TIMEOUT",
+        _seconds(0.1, 600),
+        10.0,
+        "Time a client gets to send a whole request body; then 408.",
+        unit="s",
+    )
+    keepalive_timeout: int = setting(
+        "NOTIFIER_HTTP_KEEPALIVE_TIMEOUT",
+        _integer(1, 600),
+        5,
+        "How long an idle kept-alive connection stays open.",
+        unit="s",
+    )
+    limit_concurrency: int = setting(
+        "NOTIFIER_HTTP_LIMIT_CONCURRENCY",
+        _integer(1, 1_000_000),
+        1000,
+        "Connections plus requests in progress per listener; beyond it, 503 at once.",
+    )
+    trace_url_template: str | None = setting(
+        "NOTIFIER_TRACE_URL_TEMPLATE",
+        _trace_url_template,
+        None,
+        "Where the console links a delivery's trace id, with {trace_id} once in its place "
+        "(Jaeger: http://jaeger:16686/trace/{trace_id}). Unset: the trace id without a link.",
+        default_text="unset",
+    )
+
+    def check(self) -> None:
+        if (self.host, self.port) == (self.public_host, self.public_port):
+            raise ConfigError(
+                "NOTIFIER_PUBLIC_PORT",
+                "the public listener needs an address of its own, not the internal API's "
+                f"({self.host}:{self.port})",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSettings(Group):
+    """How long finished deliveries keep their addresses, and their rows."""
+
+    scrub_after: float = setting(
+        "NOTIFIER_SCRUB_AFTER",
+        _seconds(0, 3650 * DAY),
+        7 * DAY,
+        "Time after a delivery finished (and its link expired) before everything derived "
+        "from its address is scrubbed; older expired links cannot be renewed.",
+        unit="s",
+    )
+    retention: float = setting(
+        "NOTIFIER_RETENTION",
+        _seconds(0, 3650 * DAY),
+        30 * DAY,
+        "Time after a delivery finished before it is deleted.",
+        unit="s",
+    )
+    batch: int = setting(
+        "NOTIFIER_CLEANUP_BATCH",
+        _integer(1, 100_000),
+        1000,
+        "Rows per cleanup statement, so no delete holds many locks.",
+    )
+    interval: float = setting(
+        "NOTIFIER_CLEANUP_INTERVAL",
+        _seconds(0, 30 * DAY),
+        3600.0,
+        "Time between the workers' cleanup runs; 0 turns them off.",
+        unit="s",
+    )
+
+    def check(self) -> None:
+        if self.scrub_after > self.retention:
+            raise ConfigError("NOTIFIER_SCRUB_AFTER", "must not exceed NOTIFIER_RETENTION")
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds(Group):
     """When `notifier stats` exits non-zero."""
 
-    # NOTIFIER_ALERT_OLDEST_PENDING: seconds the oldest due pending row may wait.
-    oldest_pending: float = 300.0
-    # NOTIFIER_ALERT_EXPIRED_LEASES: sending rows with an expired lease tolerated (a crashed
-    # worker leaves some until the next sweep).
-    expired_leases: int = 10
-    # NOTIFIER_ALERT_SWEEP_SHARE: the largest share of claims found by the fallback sweep
-    # rather than a notification, among at least 20 claims in the window (lost NOTIFYs).
-    sweep_share: float = 0.5
+    oldest_pending: float = setting(
+        "NOTIFIER_ALERT_OLDEST_PENDING",
+        _seconds(0, 30 * DAY),
+        300.0,
+        "How long the oldest due pending row may wait.",
+        unit="s",
+    )
+    expired_leases: int = setting(
+        "NOTIFIER_ALERT_EXPIRED_LEASES",
+        _integer(0, 10**9),
+        10,
+        "Sending rows with an expired lease tolerated (a crashed worker leaves some).",
+    )
+    sweep_share: float = setting(
+        "NOTIFIER_ALERT_SWEEP_SHARE",
+        _fraction,
+        0.5,
+        "The largest share of claims found by the sweep rather than a notification, among at "
+        "least 20 (lost NOTIFYs).",
+    )
 
-    @classmethod
-    def from_env(cls, env: Env | None = None) -> Thresholds:
-        env = os.environ if env is None else env
-        d = cls()
-        return cls(
-            oldest_pending=_read(
-                env, "NOTIFIER_ALERT_OLDEST_PENDING", _seconds(0, 30 * 86400), d.oldest_pending
-            ),
-            expired_leases=_read(
-                env, "NOTIFIER_ALERT_EXPIRED_LEASES", _integer(0, 10**9), d.expired_leases
-            ),
-            sweep_share=_read(env, "NOTIFIER_ALERT_SWEEP_SHARE", _fraction, d.sweep_share),
-        )
+
+LogFormat = Literal["json", "text"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings(Group):
+    """How log lines look."""
+
+    format: LogFormat | None = setting(
+        "NOTIFIER_LOG_FORMAT",
+        _choice(LogFormat),
+        None,
+        "json (for a log pipeline) or text (for a person).",
+        default_text="json; text for notifier dev",
+    )
+
+
+# Every group, in the order --help and the docs list them.
+GROUPS: tuple[type[Group], ...] = (
+    DatabaseSettings,
+    ApiSettings,
+    TokenSettings,
+    RequestSettings,
+    WorkerSettings,
+    SmtpSettings,
+    MessageSettings,
+    RetentionSettings,
+    Thresholds,
+    LogSettings,
+)

@@ -48,105 +48,106 @@ _STYLESHEETS = ("inbox.css", "console.css")
 _MAX_ADDRESS_CHARS = 320
 
 
-def console_router(trace_url: str | None) -> APIRouter:
-    """The console's pages, forms and stylesheet; `trace_url` links trace ids (None: no
-    link; see NOTIFIER_TRACE_URL_TEMPLATE)."""
-    router = APIRouter(prefix="/console", route_class=ScopedRoute, include_in_schema=False)
-
-    @router.get("", **access("read"))
-    async def queue(request: Request, conn: Conn) -> Response:
-        snapshot = await console_data.queue_snapshot(conn)
-        return _html(queue_page(snapshot, _viewer(request), datetime.now(UTC)))
-
-    @router.get("/deliveries", **access("read"))
-    async def deliveries(request: Request, conn: Conn, svc: Svc, q: str = "") -> Response:
-        found = await console_data.search(conn, q, svc.policy.limits.subaddress_separators)
-        if found.exact is not None:
-            return RedirectResponse(f"/console/deliveries/{found.exact}", status_code=303)
-        return _html(search_page(found, _viewer(request)))
-
-    @router.get("/deliveries/{verification_id}", **access("read"))
-    async def delivery(
-        request: Request, conn: Conn, verification_id: str, notice: str = ""
-    ) -> Response:
-        viewer = _viewer(request)
-        found = await _delivery(conn, verification_id)
-        if found is None:
-            return _html(missing_delivery_page(viewer), 404)
-        return _html(delivery_page(found, viewer, trace_url, NOTICES.get(notice)))
-
-    @router.post("/deliveries/{verification_id}/resend", **access("admin"))
-    async def resend(request: Request, conn: Conn, svc: Svc, verification_id: str) -> Response:
-        viewer = _viewer(request)
-        principal = principal_of(request.scope)
-        assert principal is not None  # the route's access saw to it
-        parsed = _uuid(verification_id)
-        result = None
-        if parsed is not None:
-            result = await console_data.resend(conn, parsed, svc.policy, principal.key_id)
-        if parsed is None or result is None:
-            return _html(missing_delivery_page(viewer), 404)
-        if result.outcome in ("resent", "already_resent"):
-            notice = result.outcome.replace("_", "-")
-            target = f"/console/deliveries/{result.verification_id}?notice={notice}"
-            return RedirectResponse(target, status_code=303)
-        found = await console_data.delivery(conn, parsed)
-        assert found is not None  # resend just read it
-        status, problem = _refusal(result)
-        return _html(delivery_page(found, viewer, trace_url, problem=problem), status)
-
-    _suppression_routes(router)
-    _stylesheet_route(router)
-    return router
+# The console's pages, forms and stylesheet.
+console = APIRouter(prefix="/console", route_class=ScopedRoute, include_in_schema=False)
+# `/` outside dev: the internal listener's front door is the console.
+home = APIRouter(route_class=ScopedRoute, include_in_schema=False)
+# Where create_internal_app keeps NOTIFIER_TRACE_URL_TEMPLATE on the app's state.
+TRACE_URL_STATE = "trace_url"
 
 
-def _suppression_routes(router: APIRouter) -> None:
-    @router.get("/suppressions", **access("read"))
-    async def listed(
-        request: Request, conn: Conn, svc: Svc, q: str = "", notice: str = ""
-    ) -> Response:
-        checked = None
-        if q.strip():
-            separators = svc.policy.limits.subaddress_separators
-            checked = await console_data.search_suppression(conn, q, separators)
-        shown, total = await console_data.suppressions_listed(conn)
-        page = suppressions_page(shown, total, _viewer(request), checked, NOTICES.get(notice))
-        return _html(page)
+@console.get("", **access("read"))
+async def queue(request: Request, conn: Conn) -> Response:
+    snapshot = await console_data.queue_snapshot(conn)
+    return _html(queue_page(snapshot, _viewer(request), datetime.now(UTC)))
 
-    @router.post("/suppressions/clear", **access("admin"))
-    async def clear(
-        request: Request,
-        conn: Conn,
-        svc: Svc,
-        address: Annotated[str, Form(max_length=_MAX_ADDRESS_CHARS)] = "",
-    ) -> Response:
+
+@console.get("/deliveries", **access("read"))
+async def deliveries(request: Request, conn: Conn, svc: Svc, q: str = "") -> Response:
+    found = await console_data.search(conn, q, svc.policy.limits.subaddress_separators)
+    if found.exact is not None:
+        return RedirectResponse(f"/console/deliveries/{found.exact}", status_code=303)
+    return _html(search_page(found, _viewer(request)))
+
+
+@console.get("/deliveries/{verification_id}", **access("read"))
+async def delivery(
+    request: Request, conn: Conn, verification_id: str, notice: str = ""
+) -> Response:
+    viewer = _viewer(request)
+    found = await _delivery(conn, verification_id)
+    if found is None:
+        return _html(missing_delivery_page(viewer), 404)
+    page = delivery_page(found, viewer, _trace_url(request), NOTICES.get(notice))
+    return _html(page)
+
+
+@console.post("/deliveries/{verification_id}/resend", **access("admin"))
+async def resend(request: Request, conn: Conn, svc: Svc, verification_id: str) -> Response:
+    viewer = _viewer(request)
+    principal = principal_of(request.scope)
+    assert principal is not None  # the route's access saw to it
+    parsed = _uuid(verification_id)
+    result = None
+    if parsed is not None:
+        result = await console_data.resend(conn, parsed, svc.policy, principal.key_id)
+    if parsed is None or result is None:
+        return _html(missing_delivery_page(viewer), 404)
+    if result.outcome in ("resent", "already_resent"):
+        notice = result.outcome.replace("_", "-")
+        target = f"/console/deliveries/{result.verification_id}?notice={notice}"
+        return RedirectResponse(target, status_code=303)
+    found = await console_data.delivery(conn, parsed)
+    assert found is not None  # resend just read it
+    status, problem = _refusal(result)
+    return _html(delivery_page(found, viewer, _trace_url(request), problem=problem), status)
+
+
+@console.get("/suppressions", **access("read"))
+async def suppressions_listed(
+    request: Request, conn: Conn, svc: Svc, q: str = "", notice: str = ""
+) -> Response:
+    checked = None
+    if q.strip():
         separators = svc.policy.limits.subaddress_separators
-        try:
-            cleared = await suppressions.clear(conn, address, separators)
-        except InvalidRequest:
-            checked = console_data.Search(address, problem="That is not an email address.")
-            shown, total = await console_data.suppressions_listed(conn)
-            return _html(suppressions_page(shown, total, _viewer(request), checked), 422)
-        notice = "cleared" if cleared is not None else "not-suppressed"
-        return RedirectResponse(f"/console/suppressions?notice={notice}", status_code=303)
+        checked = await console_data.search_suppression(conn, q, separators)
+    shown, total = await console_data.suppressions_listed(conn)
+    page = suppressions_page(shown, total, _viewer(request), checked, NOTICES.get(notice))
+    return _html(page)
 
 
-def _stylesheet_route(router: APIRouter) -> None:
-    @router.get("/static/console.css", **access("read"))
-    async def stylesheet() -> Response:
-        headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
-        return Response(_stylesheet(), 200, headers, "text/css; charset=utf-8")
+@console.post("/suppressions/clear", **access("admin"))
+async def clear_suppression(
+    request: Request,
+    conn: Conn,
+    svc: Svc,
+    address: Annotated[str, Form(max_length=_MAX_ADDRESS_CHARS)] = "",
+) -> Response:
+    separators = svc.policy.limits.subaddress_separators
+    try:
+        cleared = await suppressions.clear(conn, address, separators)
+    except InvalidRequest:
+        checked = console_data.Search(address, problem="That is not an email address.")
+        shown, total = await console_data.suppressions_listed(conn)
+        return _html(suppressions_page(shown, total, _viewer(request), checked), 422)
+    notice = "cleared" if cleared is not None else "not-suppressed"
+    return RedirectResponse(f"/console/suppressions?notice={notice}", status_code=303)
 
 
-def home_router() -> APIRouter:
-    """`/` outside dev: the internal listener's front door is the console."""
-    router = APIRouter(route_class=ScopedRoute, include_in_schema=False)
+@console.get("/static/console.css", **access("read"))
+async def stylesheet() -> Response:
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    return Response(_stylesheet(), 200, headers, "text/css; charset=utf-8")
 
-    @router.get("/", **access("read"))
-    async def home() -> Response:
-        return RedirectResponse("/console", status_code=303)
 
-    return router
+@home.get("/", **access("read"))
+async def front_door() -> Response:
+    return RedirectResponse("/console", status_code=303)
+
+
+def _trace_url(request: Request) -> str | None:
+    found: str | None = getattr(request.app.state, TRACE_URL_STATE, None)
+    return found
 
 
 def _viewer(request: Request) -> Viewer:

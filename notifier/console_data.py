@@ -320,9 +320,9 @@ async def resend(
     if row is None:
         return None
     key = f"{RESEND_KEY_PREFIX}{verification_id}"
-    earlier = await conn.fetchrow(sql("find_by_idempotency_key"), key, client_id)
+    earlier = await conn.fetchval(sql("console_resent"), key, client_id)
     if earlier is not None:
-        return Resend("already_resent", earlier["id"])
+        return Resend("already_resent", earlier)
     if row["superseded_at"] is not None:
         later = await conn.fetchval(sql("console_superseded_by"), verification_id)
         return Resend("superseded", later)

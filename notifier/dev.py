@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from notifier import apikeys, migrations
+from notifier import apikeys, inbox_web, migrations
 from notifier.config import (
     ApiSettings,
     DatabaseSettings,
@@ -28,22 +28,15 @@ from notifier.config import (
     TokenSettings,
     WorkerSettings,
 )
-from notifier.database import connect, create_pool
+from notifier.database import connect
 from notifier.errors import ConfigError
+from notifier.httpserver import Listener
 from notifier.inbox import INBOX_DIRECTORY, Inbox
 from notifier.mailer import SmtpTransport
 from notifier.messages import Templates
-from notifier.runner import (
-    WorkerConfig,
-    build_worker,
-    http_listeners,
-    keep_key_usage,
-    stop_on_signals,
-)
-from notifier.signals import Signals
-from notifier.telemetry import Telemetry, WorkerMetrics
+from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
+from notifier.settings_spec import is_set
 from notifier.verifications import Policy
-from notifier.web import Services
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +110,75 @@ async def run_dev(
     """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
     (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
     database = DatabaseSettings.from_env()
-    env_tokens = TokenSettings.from_env(required=False, strict=False)
-    public_url = (
-        os.environ.get("NOTIFIER_PUBLIC_URL") or f"http://{api.public_host}:{api.public_port}"
+    tokens = _tokens(api, database.data_dir)
+    key = dev_key(database.data_dir)
+    await _prepare(url, key)
+    # Kept beside the embedded database, so mail survives a restart as the data does.
+    inbox = Inbox(database.data_dir / INBOX_DIRECTORY)
+    smtp = _smtp(await inbox.start())
+    worker = WorkerConfig(
+        worker=dataclasses.replace(WorkerSettings.from_env(), transport="smtp"),
+        smtp=smtp,
+        tokens=tokens,
+        templates=Templates.from_env(),
     )
-    tokens = dataclasses.replace(
-        env_tokens,
-        secrets=env_tokens.secrets or (dev_secret(database.data_dir),),
+    policy = Policy.from_settings(
+        tokens, RequestSettings.from_env(), message_id_domain=smtp.id_domain
+    )
+    http = HttpPlan(
+        policy,
+        api,
+        sockets,
+        internal_routes=lambda app: inbox_web.add_routes(
+            app, inbox, database.data_dir / API_KEY_FILE
+        ),
+        hosts=None if allow_remote else LOOPBACK_NAMES,
+    )
+
+    def ready(listeners: list[Listener]) -> None:
+        internal = listeners[0].url
+        print(
+            f"notifier dev: API {internal} (key {key}) · links {tokens.public_url} · "
+            f"inbox {internal}/dev/inbox · console {internal}/console · "
+            f"database {shown_database} · Ctrl-C to stop",
+            flush=True,
+        )
+
+    try:
+        await serve(
+            url,
+            "notifier-dev",
+            database.statement_cache_size,
+            http=http,
+            worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp)),
+            # The inbox ends its open event streams, or the server would wait on them.
+            also_stop=[inbox.close],
+            on_ready=ready,
+        )
+        log.info("notifier dev stopped")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await inbox.stop()
+
+
+def _tokens(api: ApiSettings, data_dir: Path) -> TokenSettings:
+    """The token settings, with dev's own secret unless one is given, and links to the
+    public listener's own address unless NOTIFIER_PUBLIC_URL says otherwise."""
+    given = TokenSettings.from_env(required=False, strict=False)
+    public_url = (
+        given.public_url
+        if is_set(TokenSettings, "public_url")
+        else f"http://{api.public_host}:{api.public_port}"
+    )
+    return dataclasses.replace(
+        given,
+        secrets=given.secrets or (dev_secret(data_dir),),
         public_url=public_url.rstrip("/"),
     )
-    key = dev_key(database.data_dir)
+
+
+async def _prepare(url: str, key: str) -> None:
+    """The schema migrated and the dev key registered."""
     conn = await connect(url)
     try:
         await migrations.migrate(conn)
@@ -134,68 +186,16 @@ async def run_dev(
     finally:
         await conn.close()
 
-    # Kept beside the embedded database, so mail survives a restart as the data does.
-    inbox = Inbox(database.data_dir / INBOX_DIRECTORY)
-    smtp_port = await inbox.start()
-    smtp = dataclasses.replace(
+
+def _smtp(inbox_port: int) -> SmtpSettings:
+    """The SMTP settings, pointed at the dev inbox."""
+    return dataclasses.replace(
         SmtpSettings.from_env(),
         host="127.0.0.1",
-        port=smtp_port,
+        port=inbox_port,
         tls="none",
         username=None,
         password=None,
         mail_from=DEV_MAIL_FROM,
         message_id_domain="notifier.localhost",
     )
-    worker_config = WorkerConfig(
-        worker=dataclasses.replace(WorkerSettings.from_env(), transport="smtp"),
-        smtp=smtp,
-        tokens=tokens,
-        templates=Templates.from_env(),
-    )
-    policy = Policy.from_settings(
-        tokens,
-        RequestSettings.from_env(),
-        max_attempts=worker_config.worker.max_attempts,
-        message_id_domain=smtp.id_domain,
-    )
-    telemetry = Telemetry.configure("notifier-dev", prometheus=True)
-    pool = await create_pool(url)
-    transport = SmtpTransport(smtp)
-    try:
-        services = Services.over(pool, policy)
-        listeners = http_listeners(
-            services,
-            api,
-            sockets,
-            internal_routes=inbox.routes,
-            hosts=None if allow_remote else LOOPBACK_NAMES,
-        )
-        signals = Signals()
-        signals.subscribe(WorkerMetrics())
-        worker = build_worker(url, pool, worker_config, transport, signals)
-        internal = listeners[0].url
-        async with anyio.create_task_group() as watcher:
-            # The inbox ends its open event streams, or the server would wait on them.
-            stoppers = [worker.stop, *(listener.server.stop for listener in listeners)]
-            watcher.start_soon(stop_on_signals, [*stoppers, inbox.close])
-            watcher.start_soon(keep_key_usage, services)
-            async with anyio.create_task_group() as services_tg:
-                await services_tg.start(worker.run)
-                # The sockets are already listening: requests wait in their backlog.
-                for listener in listeners:
-                    services_tg.start_soon(listener.server.serve, [listener.sock])
-                print(
-                    f"notifier dev: API {internal} (key {key}) · links {public_url} · "
-                    f"inbox {internal}/dev/inbox · console {internal}/console · "
-                    f"database {shown_database} · Ctrl-C to stop",
-                    flush=True,
-                )
-            watcher.cancel_scope.cancel()
-        log.info("notifier dev stopped")
-    finally:
-        with anyio.CancelScope(shield=True):
-            await transport.aclose()
-            await pool.close()
-            await inbox.stop()
-            await anyio.to_thread.run_sync(telemetry.shutdown)

@@ -13,17 +13,12 @@ import subprocess
 import tempfile
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 from urllib.parse import quote
 
-import anyio
-import asyncpg
-
 from notifier.errors import EmbeddedServerBusy, EmbeddedServerError
-from notifier.queries import sql
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +39,6 @@ PASSWORD_BYTES = 32
 SUPERUSER = "postgres"
 AUTH_METHOD = "scram-sha-256"
 PORT = 5432
-# Seconds to wait for the one connection start() makes itself (upgrading a trust cluster).
-CONNECT_TIMEOUT_SECONDS = 10.0
 # postmaster.pid, 0-based lines: the port, the first socket directory, and the status.
 PID_PORT_LINE = 3
 PID_SOCKET_DIR_LINE = 4
@@ -155,7 +148,7 @@ class EmbeddedPostgres:
                 self._make_private(socket_dir)
             self._url = self._url_for(socket_dir, PORT)
             if trusting:
-                self._require_password(bin_dir, password)
+                self._require_password(bin_dir, socket_dir, password)
         except BaseException:
             self._url = None
             self._release_ownership()
@@ -301,7 +294,7 @@ class EmbeddedPostgres:
     def _hba_file(self) -> Path:
         return self.pgdata / "pg_hba.conf"
 
-    def _require_password(self, bin_dir: Path, password: str) -> None:
+    def _require_password(self, bin_dir: Path, socket_dir: Path, password: str) -> None:
         """Switch a cluster an earlier version made with trust authentication to the
         password: set it (trust does not ask for it yet), rewrite pg_hba.conf, restart."""
         log.warning(
@@ -311,26 +304,36 @@ class EmbeddedPostgres:
             AUTH_METHOD,
             self.password_file,
         )
-        self._set_superuser_password(password)
+        self._set_superuser_password(bin_dir, socket_dir, password)
         hba = self._hba_file()
         _write_private(hba, hba_without_trust(hba.read_text()), self._server_user())
         # A restart, not a reload (which the server applies whenever it gets to it): once it
         # returns, no connection gets in without the password.
         self.restart()
 
-    def _set_superuser_password(self, password: str) -> None:
-        async def alter() -> None:
-            conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_SECONDS)
-            try:
-                # ALTER ROLE takes no bind parameters: the server quotes the password into it.
-                await conn.execute(await conn.fetchval(sql("password_statement"), password))
-            finally:
-                await conn.close()
-
-        # start() may be called on a thread whose event loop runs (a test's, say), so its
-        # one connection runs on a loop of its own.
-        with ThreadPoolExecutor(max_workers=1) as thread:
-            thread.submit(anyio.run, alter).result()
+    def _set_superuser_password(self, bin_dir: Path, socket_dir: Path, password: str) -> None:
+        """Set the superuser's password with the server's own psql, as the server's user,
+        while the cluster still trusts local connections. The statement goes in on stdin,
+        never on a command line another user could read in the process list."""
+        if not all(c.isalnum() or c in "-_" for c in password):
+            raise EmbeddedServerError("a generated password must be URL-safe base64")
+        statement = f"\\set password '{password}'\nALTER ROLE {SUPERUSER} PASSWORD :'password';\n"
+        psql = [
+            str(bin_dir / "psql"),
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            str(socket_dir),
+            "-p",
+            str(PORT),
+            "-U",
+            SUPERUSER,
+            "-d",
+            SUPERUSER,
+        ]
+        self._run(psql, "psql (setting the password)", stdin=statement)
 
     # -- server ----------------------------------------------------------------------------
 
@@ -414,12 +417,13 @@ class EmbeddedPostgres:
             "pg_ctl " + args[-1],
         )
 
-    def _run(self, argv: list[str], what: str) -> None:
+    def _run(self, argv: list[str], what: str, stdin: str | None = None) -> None:
         # Output goes to a file, not a pipe: pg_ctl's server child inherits the descriptors
         # and a pipe would never reach EOF while the server runs.
         with tempfile.TemporaryFile("w+") as output:
             result = subprocess.run(
                 argv,
+                input=stdin,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 text=True,

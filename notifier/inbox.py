@@ -204,12 +204,6 @@ class Inbox:
         self.add(envelope.original_content, envelope.mail_from, list(envelope.rcpt_tos))
         return "250 2.0.0 Ok: kept in the dev inbox"
 
-    def routes(self, app: Any) -> None:
-        """Add the inbox's pages, its JSON and event stream, and the dev landing page."""
-        from notifier.inbox_web import add_routes  # FastAPI only where pages are served
-
-        add_routes(app, self)
-
     # -- files ---------------------------------------------------------------------------------
 
     def _path(self, number: int) -> Path:

@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
@@ -17,7 +18,6 @@ from starlette.responses import StreamingResponse
 
 from notifier import inbox_pages
 from notifier.access import access
-from notifier.dev import API_KEY_FILE
 from notifier.inbox import Captured, Inbox
 from notifier.inbox_pages import View
 
@@ -59,14 +59,13 @@ _ASSETS = {"inbox.css": "text/css; charset=utf-8", "inbox.js": "text/javascript;
 _HEAD = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
 
 
-def add_routes(app: FastAPI, inbox: Inbox) -> None:
+def add_routes(app: FastAPI, inbox: Inbox, key_file: Path) -> None:
     """`/`, `/dev/inbox` (list), `/dev/inbox/{n}` (one message, `?view=html|text|headers|raw`),
     `/dev/inbox/{n}/html` and `/raw`, `/dev/inbox.json`, `/dev/inbox/events` (server-sent
     events), `POST /dev/inbox/delete-all`, and `/dev/static/*`."""
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
     async def landing(request: Request) -> HTMLResponse:
-        key_file = inbox.directory.parent / API_KEY_FILE
         page = inbox_pages.landing_page(str(request.base_url), len(inbox.messages), key_file)
         return HTMLResponse(page, headers=PAGE_HEADERS)
 

@@ -8,7 +8,7 @@ from itertools import islice
 
 import anyio
 
-from notifier.leases import Discovery
+from notifier.outcomes import Discovery
 
 # Notified ids held while every send slot is busy. Past this, ids are dropped and a sweep is
 # requested instead: the rows stay in the table, so nothing is lost and memory stays bounded.

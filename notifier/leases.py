@@ -11,24 +11,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
+from notifier.outcomes import AttemptOutcome, DeliveryStatus, Discovery, Fate, Sendability
 from notifier.queries import sql
-
-Discovery = Literal["notify", "sweep", "retry_timer", "expired_lease", "poll"]
-# What a claim did with a row: hand it out for sending, or settle it on the spot.
-Fate = Literal["send", "expired", "superseded", "verified", "exhausted"]
-AttemptOutcome = Literal[
-    "sent",
-    "transient",
-    "permanent",
-    "unknown",
-    "expired",
-    "superseded",
-    "verified",
-    "lease_lost",
-]
-VerificationState = Literal["live", "expired", "superseded", "verified"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +73,6 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
-class Sendability:
-    """The gate's answer for one row just before DATA."""
-
-    lease_held: bool
-    verification: VerificationState | None
-
-
-@dataclass(frozen=True, slots=True)
 class Completion:
     """How one attempt ended, as the worker saw it."""
 
@@ -122,7 +100,7 @@ class Completed:
 
     id: int
     lease_held: bool
-    status: str | None
+    status: DeliveryStatus | None
     next_attempt_at: datetime | None
 
 

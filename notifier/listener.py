@@ -22,10 +22,11 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
+from notifier import events
 from notifier.database import connect, describe
 from notifier.errors import DatabaseUnavailable
+from notifier.events import Observer
 from notifier.queries import sql
-from notifier.signals import Signals
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class Listener:
         pool: Any,
         on_ids: Callable[[list[int]], None],
         on_connected: Callable[[], None],
-        signals: Signals,
+        observer: Observer,
         check_interval: float,
         check_timeout: float,
     ) -> None:
@@ -101,7 +102,7 @@ class Listener:
         self.pool = pool
         self.on_ids = on_ids
         self.on_connected = on_connected
-        self.signals = signals
+        self.observer = observer
         self.check_interval = check_interval
         self.check_timeout = check_timeout
         self.connection: Any = None
@@ -123,7 +124,7 @@ class Listener:
                 failures += 1
                 delay = self._backoff(failures)
                 log.warning("listener cannot connect (%s); retrying in %.2fs", exc, delay)
-                self.signals.emit("listener_connect_failed", error=str(exc))
+                self.observer.notice(events.ListenerConnectFailed(str(exc)))
                 await anyio.sleep(delay)
                 continue
             heard = False
@@ -143,7 +144,7 @@ class Listener:
             failures = 0 if heard else failures + 1
             self.reconnects += 1
             log.error("LISTEN connection lost (%s): reconnecting, then sweeping", reason)
-            self.signals.emit("listener_lost", reason=reason, heard=heard)
+            self.observer.notice(events.ListenerLost(reason, heard))
             await anyio.sleep(self._backoff(max(failures, 1)))
 
     async def _connect(self) -> Any:
@@ -182,7 +183,7 @@ class Listener:
             where,
             server["pid"],
         )
-        self.signals.emit("listener_connected", pid=conn.get_server_pid(), server=where)
+        self.observer.notice(events.ListenerConnected(conn.get_server_pid(), where))
         if not self._started:
             self._started = True
             task_status.started()
@@ -228,10 +229,10 @@ class Listener:
                 await self.pool.execute(sql("notify"), CHANNEL, payload)
             except Exception as exc:
                 log.warning("cannot check the LISTEN connection: the NOTIFY failed (%s)", exc)
-                self.signals.emit("listener_check_skipped", error=str(exc))
+                self.observer.notice(events.ListenerCheckSkipped(str(exc)))
                 return None
             await self._pong.wait()
-            self.signals.emit("listener_checked")
+            self.observer.notice(events.ListenerChecked())
             return True
         return False
 
@@ -253,7 +254,7 @@ class Listener:
                     self._malformed,
                     payload,
                 )
-            self.signals.emit("malformed_payload", pid=pid)
+            self.observer.notice(events.MalformedPayload(pid))
 
     @staticmethod
     def _backoff(failures: int) -> float:

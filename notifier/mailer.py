@@ -8,7 +8,6 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, assert_never
 
@@ -26,20 +25,27 @@ from aiosmtplib import (
 
 from notifier.config import SmtpSettings, TransportKind
 from notifier.messages import OutgoingMessage
+from notifier.outcomes import Refusal, SendOutcome
 from notifier.redact import redact_text
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["sent", "transient", "permanent", "unknown", "aborted"]
-# Whose problem a permanent refusal is, which decides what it does beyond failing the one
-# delivery (invariant 11): only the recipient's own mailbox (unknown, disabled, full)
-# suppresses the address; our configuration or content (a refused sender, a policy or
-# content rejection) alerts the operator instead; anything else just fails the delivery.
-Refusal = Literal["recipient", "configuration", "message"]
 
-# A gate says, immediately before DATA, whether the message may still go out (the worker
-# re-checks its lease and the token's expiry). False, or an exception, means it may not.
-Gate = Callable[[], Awaitable[bool]]
+class Gate(Protocol):
+    """What a send asks its owner (the worker: its lease, its link) on the way out. False,
+    or an exception, means the message must not go out."""
+
+    async def may_begin(self) -> bool:
+        """Once a connection is free and before MAIL FROM. It may wait on I/O (a database
+        check): no SMTP command is outstanding, so no server is kept waiting mid-transaction."""
+        ...
+
+    def may_send_body(self) -> bool:
+        """After RCPT and immediately before DATA. No I/O: a plain function, since the
+        connection must not idle between RCPT and DATA (a database round trip there once
+        idled every pooled connection)."""
+        ...
+
 
 # Replies are stored with the delivery and copied into logs and spans; a server can send
 # kilobytes of text, and none of it is worth keeping beyond this.
@@ -66,7 +72,7 @@ _SENDER_ADDRESS_DETAILS = frozenset({7, 8})
 class SendResult:
     """How one send ended, and the evidence for it."""
 
-    outcome: Outcome
+    outcome: SendOutcome
     # The SMTP reply code that decided the outcome, when the server replied.
     code: int | None
     # The server's reply text (or, when it never replied, what went wrong), redacted with
@@ -91,8 +97,13 @@ class Transport(Protocol):
         """What a send span should say about where the mail goes."""
         ...
 
+    @property
+    def capacity(self) -> int | None:
+        """How many sends can be under way at once (None: no limit); sends beyond it wait."""
+        ...
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
-        """Deliver `message`, calling `gate` immediately before the body goes out.
+        """Deliver `message`, asking `gate` before the envelope and before the body.
 
         Never raises, except for cancellation.
         """
@@ -119,9 +130,13 @@ class NullTransport:
     def span_attributes(self) -> dict[str, str | int]:
         return {"notifier.transport": "null"}
 
+    @property
+    def capacity(self) -> int | None:
+        return None
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         started = time.perf_counter()
-        if not await _ask(gate):
+        if not await _may_begin(gate) or not _may_send_body(gate):
             return _result("aborted", started)
         return _result(
             "sent",
@@ -170,6 +185,10 @@ class SmtpTransport:
             "network.protocol.name": "smtp",
         }
 
+    @property
+    def capacity(self) -> int | None:
+        return self._settings.pool_size
+
     async def send(self, message: OutgoingMessage, gate: Gate) -> SendResult:
         started = time.perf_counter()
         if self._closed:
@@ -188,6 +207,8 @@ class SmtpTransport:
             log.error("unexpected error while building a message", exc_info=exc)
             return _result("transient", started, reply=f"the message cannot be built: {exc}")
         async with self._slots:
+            if not await _may_begin(gate):
+                return _result("aborted", started)
             client = self._take_idle()
             if client is not None:
                 try:
@@ -262,7 +283,7 @@ class SmtpTransport:
                 raise
             phase = "rcpt"
             await client.rcpt(message.recipient, encoding=encoding, timeout=s.command_timeout)
-            if not await _ask(gate):
+            if not _may_send_body(gate):
                 # Nothing was sent: drop the envelope and keep the connection if RSET works.
                 # Whatever RSET meets, the outcome stays "aborted".
                 keep = await self._reset(client)
@@ -379,7 +400,7 @@ class SmtpTransport:
         # What is left is the connection failing us: a refused or lost connection, a
         # timeout, a reply that does not parse. Before the body that is simply worth another
         # try; once the body may have reached the server, nobody knows whether it was kept.
-        outcome: Outcome = "unknown" if body_sent else "transient"
+        outcome: SendOutcome = "unknown" if body_sent else "transient"
         return _result(
             outcome, started, code=code, reply=text or _describe(exc), body_sent=body_sent
         )
@@ -503,18 +524,28 @@ def _trim(text: str) -> str:
     return redact_text(text.strip())[:REPLY_LIMIT_CHARS]
 
 
-async def _ask(gate: Gate) -> bool:
+# A gate that cannot answer (say, the database is unreachable) cannot vouch for the lease;
+# not sending is the only safe reading of its exception.
+
+
+async def _may_begin(gate: Gate) -> bool:
     try:
-        return bool(await gate())
+        return bool(await gate.may_begin())
     except Exception:
-        # A gate that cannot answer (say, the database is unreachable) cannot vouch for the
-        # lease; not sending is the only safe reading.
-        log.warning("the send gate failed; not sending", exc_info=True)
+        log.warning("the send gate failed before the envelope; not sending", exc_info=True)
+        return False
+
+
+def _may_send_body(gate: Gate) -> bool:
+    try:
+        return bool(gate.may_send_body())
+    except Exception:
+        log.warning("the send gate failed before the body; not sending", exc_info=True)
         return False
 
 
 def _result(
-    outcome: Outcome,
+    outcome: SendOutcome,
     started: float,
     *,
     code: int | None = None,

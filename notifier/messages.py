@@ -20,10 +20,14 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from string import Template
 
-from notifier.config import DEFAULT_PRODUCT_NAME, TEMPLATE_DIR_VARIABLE, MessageSettings
+from notifier.config import DEFAULT_PRODUCT_NAME, MessageSettings
 from notifier.errors import ConfigError
 from notifier.lifetimes import stated_lifetime
 from notifier.locales import DEFAULT_LOCALE, fallbacks, normalize_locale
+from notifier.settings_spec import spec_of
+
+# The variable errors about template overrides name.
+TEMPLATE_DIR_VARIABLE = spec_of(MessageSettings, "template_dir").name
 
 __all__ = ["TEMPLATE_DIR_VARIABLE", "VARIABLES", "OutgoingMessage", "TemplateSet", "Templates"]
 

@@ -77,105 +77,106 @@ def create_public_app(
     app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
     app.add_middleware(ServerSpans, trust_incoming=None)
     install_error_handlers(app)
-    app.include_router(_links())
-    app.include_router(probes())
+    app.include_router(links)
+    app.include_router(probes)
     return app
 
 
-def _links() -> APIRouter:
-    router = APIRouter(route_class=ScopedRoute)
+links = APIRouter(route_class=ScopedRoute)
 
-    @router.get(
-        "/verify",
-        response_class=HTMLResponse,
-        responses={**_LINK_PAGES, **json_errors(422, 503)},
-        summary="The page an emailed link opens",
-        **access("open"),
-    )
-    async def verify_page(svc: Svc, token: Annotated[str, Query()] = "") -> HTMLResponse:
-        # Changes nothing: mail scanners prefetch links.
-        result = await _confirm(svc, token, apply=False)
+
+@links.get(
+    "/verify",
+    response_class=HTMLResponse,
+    responses={**_LINK_PAGES, **json_errors(422, 503)},
+    summary="The page an emailed link opens",
+    **access("open"),
+)
+async def verify_page(svc: Svc, token: Annotated[str, Query()] = "") -> HTMLResponse:
+    # Changes nothing: mail scanners prefetch links.
+    result = await _confirm(svc, token, apply=False)
+    return _outcome_page(result.outcome, token, result.superseded)
+
+
+@links.post(
+    "/verify",
+    response_class=HTMLResponse,
+    responses={**_LINK_PAGES, **json_errors(413, 422, 503)},
+    summary="The Confirm button",
+    **access("open"),
+)
+async def verify_submit(svc: Svc, token: FormToken = "") -> HTMLResponse:
+    result = await _confirm(svc, token, apply=True)
+    return _outcome_page(result.outcome, token, result.superseded)
+
+
+@links.post(
+    "/verify/resend",
+    response_class=HTMLResponse,
+    responses={
+        **html_pages(
+            {
+                202: "A new link is on its way.",
+                410: "The link is too old to renew; start again from the app.",
+                429: "No new link can be sent now (the same answer for every reason).",
+            }
+        ),
+        **_LINK_PAGES,
+        **json_errors(413, 422, 503),
+    },
+    summary="Ask for a fresh link",
+    **access("open"),
+)
+async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
+    result = await _confirm(svc, token, apply=False)
+    if result.outcome != "expired" and not result.superseded:
+        # A live link, or one that cannot be used: the page that link shows.
         return _outcome_page(result.outcome, token, result.superseded)
+    if not result.renewable(svc.policy.resend_horizon):
+        return html(pages.too_old_page(), 410)
+    assert result.user_id is not None and result.email is not None
+    # One fresh link per expired link, however often the button is pressed.
+    key = "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
+    try:
+        async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+            await request_verification(
+                conn,
+                user_id=result.user_id,
+                email=result.email,
+                purpose=result.purpose,
+                idempotency_key=key,
+                policy=svc.policy,
+                client_id=result.client_id,
+                locale=result.locale,
+            )
+    except RequestError:
+        # The same answer whatever the reason (throttled, suppressed, ...): whoever
+        # holds a link learns nothing about the address beyond it.
+        return html(pages.resend_refused_page(), 429)
+    return html(pages.resent_page(), 202)
 
-    @router.post(
-        "/verify",
-        response_class=HTMLResponse,
-        responses={**_LINK_PAGES, **json_errors(413, 422, 503)},
-        summary="The Confirm button",
-        **access("open"),
+
+@links.post(
+    "/v1/verifications/confirm",
+    response_model=ConfirmOut,
+    responses={
+        410: {"model": ConfirmOut, "description": "The link expired."},
+        400: {"model": ConfirmOut, "description": "The link is not valid."},
+        **errors(413, 415, 422, 503),
+    },
+    dependencies=[Depends(require_json)],
+    summary="Confirm a verification token (for JSON clients)",
+    **access("open"),
+)
+async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
+    result = await _confirm(svc, body.token, apply=True)
+    outcome = result.outcome if result.outcome != "ready" else "invalid"
+    out = ConfirmOut(
+        outcome=outcome,
+        verification_id=result.verification_id if outcome != "invalid" else None,
+        message=CONFIRM_MESSAGES[outcome],
     )
-    async def verify_submit(svc: Svc, token: FormToken = "") -> HTMLResponse:
-        result = await _confirm(svc, token, apply=True)
-        return _outcome_page(result.outcome, token, result.superseded)
-
-    @router.post(
-        "/verify/resend",
-        response_class=HTMLResponse,
-        responses={
-            **html_pages(
-                {
-                    202: "A new link is on its way.",
-                    410: "The link is too old to renew; start again from the app.",
-                    429: "No new link can be sent now (the same answer for every reason).",
-                }
-            ),
-            **_LINK_PAGES,
-            **json_errors(413, 422, 503),
-        },
-        summary="Ask for a fresh link",
-        **access("open"),
-    )
-    async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
-        result = await _confirm(svc, token, apply=False)
-        if result.outcome != "expired" and not result.superseded:
-            # A live link, or one that cannot be used: the page that link shows.
-            return _outcome_page(result.outcome, token, result.superseded)
-        if not result.renewable(svc.policy.resend_horizon):
-            return html(pages.too_old_page(), 410)
-        assert result.user_id is not None and result.email is not None
-        # One fresh link per expired link, however often the button is pressed.
-        key = "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
-        try:
-            async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
-                await request_verification(
-                    conn,
-                    user_id=result.user_id,
-                    email=result.email,
-                    purpose=result.purpose,
-                    idempotency_key=key,
-                    policy=svc.policy,
-                    client_id=result.client_id,
-                    locale=result.locale,
-                )
-        except RequestError:
-            # The same answer whatever the reason (throttled, suppressed, ...): whoever
-            # holds a link learns nothing about the address beyond it.
-            return html(pages.resend_refused_page(), 429)
-        return html(pages.resent_page(), 202)
-
-    @router.post(
-        "/v1/verifications/confirm",
-        response_model=ConfirmOut,
-        responses={
-            410: {"model": ConfirmOut, "description": "The link expired."},
-            400: {"model": ConfirmOut, "description": "The link is not valid."},
-            **errors(413, 415, 422, 503),
-        },
-        dependencies=[Depends(require_json)],
-        summary="Confirm a verification token (for JSON clients)",
-        **access("open"),
-    )
-    async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
-        result = await _confirm(svc, body.token, apply=True)
-        outcome = result.outcome if result.outcome != "ready" else "invalid"
-        out = ConfirmOut(
-            outcome=outcome,
-            verification_id=result.verification_id if outcome != "invalid" else None,
-            message=CONFIRM_MESSAGES[outcome],
-        )
-        return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
-
-    return router
+    return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
 
 
 async def _confirm(svc: Services, token: str, *, apply: bool) -> Confirmation:

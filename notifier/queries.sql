@@ -21,145 +21,14 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 -- $1: version, $2: name, $3: checksum.
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
--- name: lock_request
--- $1: idempotency key (or NULL), $2: user id, $3: canonical mailbox, $4: client id (or NULL).
--- Serialises requests that could race on one client's key, one user's throttle or one
--- mailbox's throttle, until this transaction ends. Always taken in this order (key, user,
--- mailbox), so two requests cannot deadlock; a NULL key takes no lock (the function is
--- strict).
-SELECT pg_advisory_xact_lock(
-           hashtextextended('notifier.idempotency:' || coalesce($4, '') || ':' || $1, 0)),
-       pg_advisory_xact_lock(hashtextextended('notifier.user:' || $2, 0)),
-       pg_advisory_xact_lock(hashtextextended('notifier.mailbox:' || $3, 0));
-
--- name: forget_expired_idempotency_key
--- $1: idempotency key, $2: key lifetime (seconds), $3: client id (or NULL). An expired key
--- may be used again by the same client.
-UPDATE notifier.verifications
-SET idempotency_key = NULL, request_fingerprint = NULL
-WHERE coalesce(client_id, '') = coalesce($3, '') AND idempotency_key = $1
-  AND created_at <= now() - make_interval(secs => $2);
-
--- name: find_by_idempotency_key
--- $1: idempotency key, $2: client id (or NULL). The request that client's key already
--- produced, with its delivery status.
-SELECT v.id, v.request_fingerprint, v.expires_at, o.status
-FROM notifier.verifications v
-JOIN notifier.email_outbox o ON o.verification_id = v.id
-WHERE coalesce(v.client_id, '') = coalesce($2, '') AND v.idempotency_key = $1;
-
--- name: suppression_of
--- $1: canonical mailbox. Why it is suppressed, or no row (never suppressed, or expired).
-SELECT reason, suppressed_at FROM notifier.suppressed_addresses
-WHERE email = $1 AND (expires_at IS NULL OR expires_at > now());
-
--- name: throttle_retry_after
--- $1: user id, $2: canonical mailbox, $3: window (seconds), $4: limit. The limit ('user' or
--- 'mailbox') one more request would exceed and seconds until it fits; no row when it fits.
--- Exact: each key's own requests in the window, at most the limit of them, by index.
-WITH recent AS (
-    SELECT created_at, user_id = $1 AS same_user, mailbox = $2 AS same_mailbox
-    FROM notifier.verifications
-    WHERE (user_id = $1 OR mailbox = $2)
-      AND created_at > now() - make_interval(secs => $3)
-), per_key AS (
-    -- For each key over the limit, the request that must age out before another fits.
-    SELECT 1 AS n, 'user' AS scope, (array_agg(created_at ORDER BY created_at DESC))[$4] AS blocking
-    FROM recent WHERE same_user HAVING count(*) >= $4
-    UNION ALL
-    SELECT 2, 'mailbox', (array_agg(created_at ORDER BY created_at DESC))[$4]
-    FROM recent WHERE same_mailbox HAVING count(*) >= $4
-)
-SELECT scope,
-       ceil(extract(epoch FROM blocking + make_interval(secs => $3) - now()))::integer
-           AS retry_after
-FROM per_key
-ORDER BY blocking DESC, n
-LIMIT 1;
-
--- name: budget_retry_after
--- $1: scopes, $2: subjects (bytea[]), $3: limits (int[]), $4: window (seconds). The first
--- shared budget ($1's order) one more request would exceed, and seconds until it fits;
--- no row when all fit. Reads each budget's slices in the window (a few rows per shard).
-WITH wanted AS (
-    SELECT w.scope, w.subject, w.max_count, w.n
-    FROM unnest($1::text[], $2::bytea[], $3::int[]) WITH ORDINALITY
-         AS w(scope, subject, max_count, n)
-), slices AS (
-    SELECT w.n, w.scope, w.max_count, c.slice, sum(c.count) AS count
-    FROM wanted w
-    JOIN notifier.request_counts c
-      ON c.scope = w.scope AND c.subject = w.subject
-     AND c.slice > now() - make_interval(secs => $4)
-    GROUP BY w.n, w.scope, w.max_count, c.slice
-), newest_first AS (
-    -- Counting from the newest slice back, where the budget fills up: that slice (and
-    -- every older one) must leave the window before one more request fits.
-    SELECT n, scope, max_count, slice,
-           sum(count) OVER (PARTITION BY n ORDER BY slice DESC) AS through_here
-    FROM slices
-)
-SELECT scope,
-       ceil(extract(epoch FROM max(slice) + make_interval(secs => $4) - now()))::integer
-           AS retry_after
-FROM newest_first
-WHERE through_here >= max_count
-GROUP BY n, scope
-ORDER BY n
-LIMIT 1;
-
--- name: count_request
--- $1: scopes, $2: subjects (bytea[]), $3: shards (int[]), $4: slice length (seconds).
--- Counts one accepted request against each shared budget, in the slice of the window it
--- falls in. Rows are taken in one order (scope, subject, shard), so requests never deadlock.
-INSERT INTO notifier.request_counts AS c (scope, subject, slice, shard, count)
-SELECT u.scope, u.subject, to_timestamp(floor(extract(epoch FROM now()) / $4) * $4),
-       u.shard::smallint, 1
-FROM unnest($1::text[], $2::bytea[], $3::int[]) AS u(scope, subject, shard)
-ORDER BY u.scope, u.subject, u.shard
-ON CONFLICT (scope, subject, slice, shard) DO UPDATE SET count = c.count + 1;
-
--- name: insert_verification
--- $1: verification id, $2: user id, $3: email, $4: purpose, $5: token key id, $6: token nonce,
--- $7: token hash, $8: lifetime (seconds), $9: Message-ID, $10: max attempts,
--- $11: traceparent, $12: tracestate, $13: idempotency key, $14: request fingerprint,
--- $15: client id (or NULL), $16: canonical mailbox, $17: locale (or NULL).
--- One statement, so a request costs one round trip inside the caller's transaction; the
--- outbox insert fires the NOTIFY trigger. No row back: another request took the key first.
-WITH verification AS (
-    INSERT INTO notifier.verifications
-        (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at,
-         idempotency_key, request_fingerprint, client_id, mailbox, locale)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $13, $14, $15, $16,
-            $17)
-    ON CONFLICT ((coalesce(client_id, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
-    DO NOTHING
-    RETURNING id, expires_at, created_at
-), outbox AS (
-    INSERT INTO notifier.email_outbox
-        (verification_id, message_id, max_attempts, traceparent, tracestate)
-    SELECT id, $9, $10, $11, $12 FROM verification
-    RETURNING id, verification_id
-)
-SELECT v.id, v.expires_at, v.created_at, o.id AS outbox_id
-FROM verification v JOIN outbox o ON o.verification_id = v.id;
-
--- name: supersede_earlier
--- $1: user id, $2: email, $3: purpose, $4: the new verification's id. Earlier unverified
--- verifications for the same recipient stop working, and their unsent deliveries are
--- settled now rather than sent (one already in flight is stopped by its pre-DATA check).
-WITH superseded AS (
-    UPDATE notifier.verifications
-    SET superseded_at = now()
-    WHERE user_id = $1 AND email = $2 AND purpose = $3 AND id <> $4
-      AND verified_at IS NULL AND superseded_at IS NULL
-    RETURNING id
-)
-UPDATE notifier.email_outbox o
-SET status = 'expired', last_outcome = 'superseded', completed_at = now(), updated_at = now(),
-    last_error = 'a newer verification replaced this one before it was sent'
-FROM superseded s
-WHERE o.verification_id = s.id AND o.status = 'pending';
+-- name: request_verification
+-- $1..$26: request_v1's parameters, in order (schema/0011_request_function.sql). A whole
+-- verification request in one statement: idempotency, suppression, the limits, the
+-- verification and its outbox row (the NOTIFY trigger), the budgets, supersession. One row:
+-- result (accepted, replayed, conflict, suppressed, throttled), and what goes with it.
+SELECT * FROM notifier.request_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                  $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
+                                  $25, $26);
 
 -- name: confirm_token
 -- $1: token hash. Marks the verification verified if the token is live; returns its state
@@ -370,6 +239,8 @@ WITH input AS (
     JOIN notifier.verifications v ON v.id = o.verification_id
     FOR UPDATE OF o
 ), decided AS (
+    -- The next status: mirrors notifier.outcomes.settle, case for case (and
+    -- tests/integration/test_outcomes_sql.py runs both over every case).
     SELECT i.*, h.attempts, h.unknown_outcomes,
            CASE
                WHEN i.outcome IN ('sent', 'verified') THEN 'sent'
@@ -588,6 +459,12 @@ FROM notifier.verifications v
 JOIN notifier.email_outbox o ON o.verification_id = v.id
 WHERE v.id = $1;
 
+-- name: console_resent
+-- $1: idempotency key, $2: client id. The verification a console resend with this key by
+-- this client already made (by the unique index on client and key), or no row.
+SELECT id FROM notifier.verifications
+WHERE coalesce(client_id, '') = coalesce($2, '') AND idempotency_key = $1;
+
 -- name: console_superseded_by
 -- $1: verification id. The newest later verification for the same user, address and
 -- purpose (what superseded this one), or no row.
@@ -695,8 +572,3 @@ SELECT count(*) FROM deleted;
 -- $1: advisory lock key. One maintenance batch at a time across every worker; held until
 -- the batch's transaction ends, so no session state is left behind (poolers).
 SELECT pg_try_advisory_xact_lock($1);
-
--- name: password_statement
--- $1: a new password for the current user. ALTER ROLE takes no bind parameters, so this
--- returns the statement with the password quoted by the server (%L), for the caller to run.
-SELECT format('ALTER ROLE %I PASSWORD %L', current_user, $1::text);

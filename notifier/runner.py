@@ -28,12 +28,12 @@ from notifier.config import (
 )
 from notifier.database import ONE_SHOT_CACHE, connect, create_pool
 from notifier.errors import MigrationError
+from notifier.events import Events, Observer
 from notifier.httpserver import Listener, http_server, listen
 from notifier.mailer import Transport, transport_from_settings
 from notifier.maintenance import run_periodically
 from notifier.messages import Templates
 from notifier.public import create_public_app
-from notifier.signals import Signals
 from notifier.telemetry import QueueHealth, Telemetry, WorkerMetrics
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
@@ -86,7 +86,7 @@ def build_worker(
     pool: Any,
     config: WorkerConfig,
     transport: Transport,
-    signals: Signals | None = None,
+    observer: Observer | None = None,
 ) -> Worker:
     """A worker whose statements go through `pool` and whose LISTEN goes to `listen_url`."""
     return Worker(
@@ -98,35 +98,19 @@ def build_worker(
         keys=TokenKeys(config.tokens.secrets),
         mail_from=config.smtp.mail_from,
         public_url=config.tokens.public_url,
-        signals=signals,
+        observer=observer,
     )
 
 
-async def run_worker(url: str, config: WorkerConfig, signals: Signals | None = None) -> None:
+async def run_worker(url: str, config: WorkerConfig, observer: Observer | None = None) -> None:
     """Run one worker until SIGTERM or SIGINT; a second signal exits at once."""
     await require_current_schema(url)
-    telemetry = Telemetry.configure("notifier-worker")
-    pool = await create_pool(url, statement_cache_size=config.database.statement_cache_size)
-    transport = transport_from_settings(config.worker.transport, config.smtp)
-    signals = signals or Signals()
-    signals.subscribe(WorkerMetrics())
-    try:
-        worker = build_worker(config.database.listen_url_for(url), pool, config, transport, signals)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, [worker.stop])
-            if telemetry.meter_provider is not None:
-                health = QueueHealth(pool)
-                health.register_gauges()
-                tg.start_soon(health.run)
-            tg.start_soon(run_periodically, pool, config.retention, config.requests.resend_window)
-            await worker.run()
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await transport.aclose()
-            await pool.close()
-            # Spans and metrics still buffered go out now (blocking, so off the loop).
-            await anyio.to_thread.run_sync(telemetry.shutdown)
+    await serve(
+        url,
+        "notifier-worker",
+        config.database.statement_cache_size,
+        worker=WorkerPlan(config, config.database.listen_url_for(url), observer=observer),
+    )
 
 
 def bind_listeners(settings: ApiSettings) -> tuple[socket.socket, socket.socket]:
@@ -158,7 +142,7 @@ def http_listeners(
         body_timeout=timeout,
         trace_url=settings.trace_url_template,
         # Extra routes (dev's inbox) bring their own `/`.
-        home=internal_routes is None,
+        with_home=internal_routes is None,
     )
     if internal_routes is not None:
         internal_routes(internal)
@@ -192,30 +176,98 @@ async def run_api(
     """Serve the internal API and the public pages until SIGTERM or SIGINT."""
     database = database or DatabaseSettings()
     await require_current_schema(url)
-    sockets = bind_listeners(settings)
-    telemetry = Telemetry.configure("notifier-api", prometheus=True)
-    pool = await create_pool(url, statement_cache_size=database.statement_cache_size)
-    services = Services.over(pool, policy)
-    listeners = http_listeners(services, settings, sockets)
-    for listener in listeners:
-        log.info("%s listening on %s", listener.name, listener.url)
+    http = HttpPlan(policy, settings, bind_listeners(settings))
+    await serve(url, "notifier-api", database.statement_cache_size, http=http)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpPlan:
+    """The two HTTP listeners a process serves: over which policy, on which sockets."""
+
+    policy: Policy
+    settings: ApiSettings
+    sockets: tuple[socket.socket, socket.socket]
+    internal_routes: Callable[[Any], None] | None = None
+    hosts: Sequence[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """The worker a process runs: its configuration, where it LISTENs, what it sends with."""
+
+    config: WorkerConfig
+    listen_url: str
+    transport: Transport | None = None
+    observer: Observer | None = None
+
+
+async def serve(
+    url: str,
+    service_name: str,
+    statement_cache_size: int,
+    *,
+    http: HttpPlan | None = None,
+    worker: WorkerPlan | None = None,
+    also_stop: Sequence[Callable[[], None]] = (),
+    on_ready: Callable[[list[Listener]], None] | None = None,
+) -> None:
+    """Everything one process runs, on one pool, until SIGTERM or SIGINT: the HTTP listeners,
+    a worker, or both (`notifier dev`); with the background tasks each needs (queue gauges,
+    API key usage, retention). A second signal exits at once."""
+    telemetry = Telemetry.configure(service_name, prometheus=http is not None)
+    pool = await create_pool(url, statement_cache_size=statement_cache_size)
+    services = None if http is None else Services.over(pool, http.policy)
+    listeners = [] if http is None or services is None else _listeners(services, http)
+    transport = None if worker is None else worker.transport or _transport(worker.config)
+    running = None if worker is None or transport is None else _worker(pool, worker, transport)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signals, [lst.server.stop for lst in listeners])
-            health = QueueHealth(pool)
-            health.register_gauges()
-            tg.start_soon(health.run)
-            tg.start_soon(keep_key_usage, services)
-            async with anyio.create_task_group() as servers:
+            stoppers = [lst.server.stop for lst in listeners] + [*also_stop]
+            tg.start_soon(stop_on_signals, ([running.stop] if running else []) + stoppers)
+            if http is not None or telemetry.meter_provider is not None:
+                health = QueueHealth(pool)
+                health.register_gauges()
+                tg.start_soon(health.run)
+            if services is not None:
+                tg.start_soon(keep_key_usage, services)
+            if running is not None and worker is not None:
+                window = worker.config.requests.resend_window
+                tg.start_soon(run_periodically, pool, worker.config.retention, window)
+            async with anyio.create_task_group() as processes:
+                if running is not None:
+                    await processes.start(running.run)
+                # The sockets are already listening: requests wait in their backlog.
                 for listener in listeners:
-                    servers.start_soon(listener.server.serve, [listener.sock])
+                    processes.start_soon(listener.server.serve, [listener.sock])
+                for listener in listeners:
+                    log.info("%s listening on %s", listener.name, listener.url)
+                if on_ready is not None:
+                    on_ready(listeners)
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            with contextlib.suppress(Exception):
-                await services.keyring.flush_usage()
+            if services is not None:
+                with contextlib.suppress(Exception):
+                    await services.keyring.flush_usage()
+            if transport is not None:
+                await transport.aclose()
             await pool.close()
+            # Spans and metrics still buffered go out now (blocking, so off the loop).
             await anyio.to_thread.run_sync(telemetry.shutdown)
+
+
+def _listeners(services: Services, http: HttpPlan) -> list[Listener]:
+    return http_listeners(services, http.settings, http.sockets, http.internal_routes, http.hosts)
+
+
+def _transport(config: WorkerConfig) -> Transport:
+    # Looked up at call time, so a benchmark can wrap the transport it builds.
+    return transport_from_settings(config.worker.transport, config.smtp)
+
+
+def _worker(pool: Any, plan: WorkerPlan, transport: Transport) -> Worker:
+    observer = Events(WorkerMetrics(), *([plan.observer] if plan.observer is not None else []))
+    return build_worker(plan.listen_url, pool, plan.config, transport, observer)
 
 
 async def stop_on_signals(stoppers: list[Callable[[], None]]) -> None:

@@ -18,7 +18,7 @@ MIN_CLAIMS_FOR_SHARE = 20
 
 @dataclass
 class Stats:
-    queue: dict[str, float]
+    queue: dict[str, int | float]  # counts are whole numbers; ages and shares are not
     window_seconds: float
     outcomes: dict[str, int] = field(default_factory=dict)
     discovered_by: dict[str, int] = field(default_factory=dict)
@@ -40,7 +40,8 @@ class Stats:
 
 
 async def collect(conn: Any, window: float, thresholds: Thresholds) -> Stats:
-    queue = {k: float(v or 0) for k, v in dict(await conn.fetchrow(sql("queue_health"))).items()}
+    row = await conn.fetchrow(sql("queue_health"))
+    queue: dict[str, int | float] = {k: 0 if v is None else v for k, v in row.items()}
     stats = Stats(queue=queue, window_seconds=window)
     groups: Mapping[str, dict[str, int]] = {
         "outcome": stats.outcomes,

@@ -1,7 +1,7 @@
 """Suppressed mailboxes, as operators and support staff list and clear them.
 
 Workers write suppressions when they settle a delivery (complete_attempts); requests read
-them (suppression_of). This module is the one place that lists and clears them, for the CLI
+them (request_v1). This module is the one place that lists and clears them, for the CLI
 and the internal API alike.
 """
 

@@ -8,7 +8,6 @@ API always serves Prometheus text on /metrics from its own reader.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,7 +23,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from notifier import events
+from notifier.events import WorkerEvent
+from notifier.outcomes import TERMINAL
 from notifier.redact import redact_text
+from notifier.settings_spec import environment
 from notifier.version import __version__
 
 log = logging.getLogger(__name__)
@@ -104,7 +107,7 @@ class Telemetry:
         OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are honoured (Resource.create reads
         them); `service_name` is only the default.
         """
-        env = os.environ if env is None else env
+        env = environment() if env is None else env
         telemetry = cls()
         otlp = otlp_configured(env)
         if not otlp and not prometheus:
@@ -389,7 +392,7 @@ ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 7, 10)
 
 
 class WorkerMetrics:
-    """Turns a worker's signals into OpenTelemetry instruments (no-ops without a provider)."""
+    """Turns a worker's events into OpenTelemetry instruments (no-ops without a provider)."""
 
     def __init__(self) -> None:
         self.claims = meter.create_counter(
@@ -445,32 +448,30 @@ class WorkerMetrics:
             "(retried until the link expires): give every worker the API's secrets",
         )
 
-    def __call__(self, event: Any) -> None:
-        data = event.data
-        match event.kind:
-            case "claimed":
-                self.claims.add(1, {"discovered_by": data["discovered_by"]})
-                if data["waited"] is not None and data["discovered_by"] == "notify":
-                    self.notify_to_claim.record(data["waited"])
-            case "completed":
-                self.outcomes.add(1, {"outcome": data["outcome"]})
-                if data.get("smtp_seconds") is not None:
-                    self.smtp_duration.record(data["smtp_seconds"])
-                if data["status"] in ("sent", "failed", "expired"):
-                    self.attempts.record(data["attempt"])
-            case "settled":
-                fate = data["fate"]
+    def notice(self, event: WorkerEvent) -> None:
+        match event:
+            case events.Claimed(discovered_by=discovered_by, waited=waited):
+                self.claims.add(1, {"discovered_by": discovered_by})
+                if waited is not None and discovered_by == "notify":
+                    self.notify_to_claim.record(waited)
+            case events.Completed(outcome=outcome, status=status, attempt=attempt):
+                self.outcomes.add(1, {"outcome": outcome})
+                if event.smtp_seconds is not None:
+                    self.smtp_duration.record(event.smtp_seconds)
+                if status in TERMINAL:
+                    self.attempts.record(attempt)
+            case events.Settled(fate=fate):
                 self.outcomes.add(1, {"outcome": "expired" if fate == "exhausted" else fate})
-            case "stale_completion":
+            case events.StaleCompletion():
                 self.stale_completions.add(1)
-            case "listener_lost":
+            case events.ListenerLost():
                 self.listener_reconnects.add(1)
-            case "configuration_problem":
+            case events.ConfigurationProblem():
                 self.configuration_problems.add(1)
-            case "unknown_token_key":
+            case events.UnknownTokenKey():
                 self.unknown_token_keys.add(1)
             case _:
-                pass
+                pass  # the other events are not counted
 
 
 @dataclass

@@ -110,12 +110,10 @@ class TokenKeys:
         the table cannot be checked against guesses."""
         return self._digest(self.current_key_id, context, data)
 
-    def digest_matches(self, context: bytes, data: bytes, stored: bytes) -> bool:
-        """Whether `stored` is `digest(context, data)` under any configured secret (a value
-        stored before a rotation still matches while its secret is kept)."""
-        return any(
-            hmac.compare_digest(self._digest(kid, context, data), stored) for kid in self._by_id
-        )
+    def digests(self, context: bytes, data: bytes) -> list[bytes]:
+        """`digest(context, data)` under every configured secret: what a value stored before
+        a rotation may be, while its secret is kept."""
+        return [self._digest(kid, context, data) for kid in self._by_id]
 
     def _digest(self, kid: str, context: bytes, data: bytes) -> bytes:
         return hmac.new(self._by_id[kid], context + b"\x00" + data, hashlib.sha256).digest()

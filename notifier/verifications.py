@@ -9,7 +9,6 @@ verifications for the same recipient, all inside one transaction on the caller's
 from __future__ import annotations
 
 import hmac
-import os
 import re
 import secrets
 import uuid
@@ -27,17 +26,14 @@ from notifier.config import (
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
-    WorkerSettings,
 )
 from notifier.errors import NotifierError
 from notifier.locales import normalize_locale
+from notifier.outcomes import ConfirmOutcome, DeliveryStatus
 from notifier.queries import sql
+from notifier.settings_spec import value_of
 from notifier.telemetry import inject_current, producer_span
-from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
-
-DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired"]
-# "ready": a live link seen without confirming it (GET /verify shows the Confirm button).
-ConfirmOutcome = Literal["verified", "already_verified", "expired", "invalid", "ready"]
+from notifier.tokens import TokenKeys, hash_token, looks_like_token
 
 USER_ID_MAX_CHARS = 200
 IDEMPOTENCY_KEY_MAX_CHARS = 255
@@ -117,8 +113,6 @@ class Policy:
     keys: TokenKeys
     # NOTIFIER_TOKEN_TTL: seconds a link stays valid.
     ttl_seconds: float
-    # NOTIFIER_MAX_ATTEMPTS: stored on each new outbox row.
-    max_attempts: int
     # The Message-ID domain (NOTIFIER_MESSAGE_ID_DOMAIN, else the From address's domain).
     message_id_domain: str
     # Idempotency-key lifetime, the limits and how mailboxes are told apart.
@@ -129,13 +123,13 @@ class Policy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
-        env = os.environ if env is None else env
+        """The policy the environment configures, reading only the settings it uses."""
         return cls.from_settings(
             TokenSettings.from_env(env),
             RequestSettings.from_env(env),
-            max_attempts=WorkerSettings.from_env(env).max_attempts,
-            message_id_domain=SmtpSettings.from_env(env).id_domain,
-            resend_horizon=RetentionSettings.from_env(env).scrub_after,
+            message_id_domain=value_of(SmtpSettings, "message_id_domain", env)
+            or value_of(SmtpSettings, "mail_from", env).rpartition("@")[2],
+            resend_horizon=value_of(RetentionSettings, "scrub_after", env),
         )
 
     @classmethod
@@ -144,14 +138,12 @@ class Policy:
         tokens: TokenSettings,
         limits: RequestSettings,
         *,
-        max_attempts: int,
         message_id_domain: str,
         resend_horizon: float = RetentionSettings().scrub_after,
     ) -> Policy:
         return cls(
             keys=TokenKeys(tokens.secrets),
             ttl_seconds=tokens.ttl_seconds,
-            max_attempts=max_attempts,
             message_id_domain=message_id_domain,
             limits=limits,
             resend_horizon=resend_horizon,
@@ -204,8 +196,10 @@ class VerificationRequest:
         server secret): a dump of the table cannot be checked against guessed addresses."""
         return keys.digest(_FINGERPRINT_CONTEXT, self._body())
 
-    def has_fingerprint(self, keys: TokenKeys, stored: bytes) -> bool:
-        return keys.digest_matches(_FINGERPRINT_CONTEXT, self._body(), stored)
+    def fingerprints(self, keys: TokenKeys) -> list[bytes]:
+        """The fingerprint under every configured secret: a key used before a rotation still
+        replays while its secret is kept."""
+        return keys.digests(_FINGERPRINT_CONTEXT, self._body())
 
 
 _FINGERPRINT_CONTEXT = b"notifier.request-fingerprint.v1"
@@ -302,62 +296,65 @@ async def request_verification(
     if idempotency_key is not None:
         check_idempotency_key(idempotency_key)
     budgets = _Budgets.of(policy, request, client_id)
-    # A savepoint inside the caller's transaction, or a transaction of its own.
-    async with conn.transaction():
-        await conn.execute(
-            sql("lock_request"),
-            idempotency_key,
+    verification_id = uuid.uuid4()
+    issued = policy.keys.issue(verification_id)
+    with producer_span() as span:
+        if traceparent is None:
+            traceparent, tracestate = inject_current()
+        # One statement (schema request_v1): one round trip in the caller's transaction, or
+        # one that commits by itself; a refusal comes back as a row and writes nothing.
+        row = await conn.fetchrow(
+            sql("request_verification"),
+            verification_id,
             request.user_id,
+            request.email,
             request.address.mailbox,
+            request.purpose,
+            request.locale,
+            issued.key_id,
+            issued.nonce,
+            issued.token_hash,
+            policy.ttl_seconds,
+            message_id_for(verification_id, policy.message_id_domain),
+            limits.max_attempts,
+            traceparent,
+            tracestate,
+            idempotency_key,
+            request.fingerprint(policy.keys),
+            request.fingerprints(policy.keys),
+            limits.idempotency_ttl,
             client_id,
+            limits.resend_limit,
+            limits.resend_window,
+            budgets.scopes,
+            budgets.subjects,
+            budgets.limits,
+            budgets.shards,
+            budgets.slice_seconds,
         )
-        if idempotency_key is not None:
-            await conn.execute(
-                sql("forget_expired_idempotency_key"),
-                idempotency_key,
-                limits.idempotency_ttl,
-                client_id,
-            )
-            replay = await _replay(conn, idempotency_key, client_id, request, policy.keys)
-            if replay is not None:
-                return replay
-        if await conn.fetchrow(sql("suppression_of"), request.address.mailbox) is not None:
-            raise Suppressed()
-        await _check_limits(conn, limits, request, budgets)
-        verification_id = uuid.uuid4()
-        issued = policy.keys.issue(verification_id)
-        with producer_span() as span:
-            if traceparent is None:
-                traceparent, tracestate = inject_current()
-            row = await _insert(
-                conn,
-                policy,
-                request,
-                verification_id,
-                issued,
-                traceparent,
-                tracestate,
-                idempotency_key,
-                client_id,
-            )
-            if span is not None and row is not None:
+        if span is not None:
+            span.set_attribute("notifier.request.result", row["result"])
+            if row["result"] == "accepted":
                 span.set_attribute("messaging.message.id", str(row["outbox_id"]))
                 span.set_attribute("notifier.verification_id", str(row["id"]))
-        if row is None:
-            # Unreachable while the key lock is held; kept so a missing lock fails loudly.
-            raise RuntimeError("idempotency key taken despite its lock")
-        if budgets.scopes:
-            await conn.execute(
-                sql("count_request"),
-                budgets.scopes,
-                budgets.subjects,
-                budgets.shards,
-                budgets.slice_seconds,
-            )
-        await conn.execute(
-            sql("supersede_earlier"), request.user_id, request.email, request.purpose, row["id"]
-        )
-    return VerificationResult(row["id"], "pending", row["expires_at"])
+    return _answer(row)
+
+
+def _answer(row: Any) -> VerificationResult:
+    """What request_v1's row means: a result, or the refusal raised as its error."""
+    match row["result"]:
+        case "accepted":
+            return VerificationResult(row["id"], "pending", row["expires_at"])
+        case "replayed":
+            return VerificationResult(row["id"], row["status"], row["expires_at"], True)
+        case "conflict":
+            raise IdempotencyConflict()
+        case "suppressed":
+            raise Suppressed()
+        case "throttled":
+            raise Throttled(row["retry_after"], row["limit_scope"])
+        case unknown:
+            raise RuntimeError(f"request_v1 answered {unknown!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,73 +387,6 @@ class _Budgets:
             shards=[secrets.randbelow(BUDGET_SHARDS) for _ in chosen],
             slice_seconds=limits.resend_window / BUDGET_SLICES,
         )
-
-
-async def _check_limits(
-    conn: Any, limits: RequestSettings, request: VerificationRequest, budgets: _Budgets
-) -> None:
-    """Throttled, naming the first limit this request would exceed; else nothing."""
-    exceeded = await conn.fetchrow(
-        sql("throttle_retry_after"),
-        request.user_id,
-        request.address.mailbox,
-        limits.resend_window,
-        limits.resend_limit,
-    )
-    if exceeded is None and budgets.scopes:
-        exceeded = await conn.fetchrow(
-            sql("budget_retry_after"),
-            budgets.scopes,
-            budgets.subjects,
-            budgets.limits,
-            limits.resend_window,
-        )
-    if exceeded is not None:
-        raise Throttled(max(int(exceeded["retry_after"]), 1), exceeded["scope"])
-
-
-async def _insert(
-    conn: Any,
-    policy: Policy,
-    request: VerificationRequest,
-    verification_id: uuid.UUID,
-    issued: IssuedToken,
-    traceparent: str | None,
-    tracestate: str | None,
-    idempotency_key: str | None,
-    client_id: str | None,
-) -> Any:
-    return await conn.fetchrow(
-        sql("insert_verification"),
-        verification_id,
-        request.user_id,
-        request.email,
-        request.purpose,
-        issued.key_id,
-        issued.nonce,
-        issued.token_hash,
-        policy.ttl_seconds,
-        message_id_for(verification_id, policy.message_id_domain),
-        policy.max_attempts,
-        traceparent,
-        tracestate,
-        idempotency_key,
-        request.fingerprint(policy.keys) if idempotency_key is not None else None,
-        client_id,
-        request.address.mailbox,
-        request.locale,
-    )
-
-
-async def _replay(
-    conn: Any, key: str, client_id: str | None, request: VerificationRequest, keys: TokenKeys
-) -> VerificationResult | None:
-    existing = await conn.fetchrow(sql("find_by_idempotency_key"), key, client_id)
-    if existing is None:
-        return None
-    if not request.has_fingerprint(keys, bytes(existing["request_fingerprint"])):
-        raise IdempotencyConflict()
-    return VerificationResult(existing["id"], existing["status"], existing["expires_at"], True)
 
 
 _cached_policy: Policy | None = None

@@ -7,7 +7,7 @@ ASGI apps on separate listeners; this module holds the plumbing they have in com
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -53,6 +53,12 @@ def services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
+async def _services(request: Request) -> Services:
+    # A coroutine, as every dependency here: FastAPI runs plain functions in a thread pool,
+    # which costs two thread hand-offs per request.
+    return services(request)
+
+
 async def connection(request: Request) -> AsyncIterator[Any]:
     """A pool connection for the length of one request."""
     pool = services(request).pool
@@ -62,7 +68,7 @@ async def connection(request: Request) -> AsyncIterator[Any]:
 
 # Module level: FastAPI resolves string annotations in module globals.
 Conn = Annotated[Any, Depends(connection)]
-Svc = Annotated[Services, Depends(services)]
+Svc = Annotated[Services, Depends(_services)]
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -94,7 +100,7 @@ class NotFound(Exception):
         super().__init__(what)
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType
@@ -184,12 +190,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        fields = sorted({".".join(str(p) for p in e["loc"] if p != "body") for e in exc.errors()})
+        named = [(_field(e), _problem(e)) for e in exc.errors()]
+        fields = sorted({field for field, _ in named if field != "body"})
         # Messages only, never the offending input: it may hold a token or an address.
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
-            for e in exc.errors()
-        )
+        problems = "; ".join(f"{field}: {problem}" for field, problem in named)
         return error(422, "invalid_request", problems, fields)
 
     async def request_error(request: Request, exc: Exception) -> Response:
@@ -232,36 +236,49 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, database_down)
 
 
-def probes() -> APIRouter:
-    """/healthz and /readyz: open on both listeners, for load balancers and orchestrators."""
-    router = APIRouter(route_class=ScopedRoute)
+# /healthz and /readyz: open on both listeners, for load balancers and orchestrators.
+probes = APIRouter(route_class=ScopedRoute)
 
-    @router.get("/healthz", response_model=Health, summary="The process is up", **access("open"))
-    async def healthz() -> Health:
-        return Health(status="ok")
 
-    @router.get(
-        "/readyz",
-        response_model=Health,
-        responses={503: {"model": Health}},
-        summary="The database answers and its schema is current",
-        **access("open"),
-    )
-    async def readyz(svc: Svc) -> Any:
-        try:
-            async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
-                await conn.fetchval(sql("ready"))
-                current = await migrations.status(conn, migrations.discover())
-        except Exception as exc:  # any failure here means "not ready", never a 500
-            return OrjsonResponse(
-                Health(status="unavailable", detail=f"database: {type(exc).__name__}").model_dump(),
-                status_code=503,
-            )
-        if current.pending:
-            return OrjsonResponse(
-                Health(status="unavailable", detail="migrations pending").model_dump(),
-                status_code=503,
-            )
-        return Health(status="ready")
+@probes.get("/healthz", response_model=Health, summary="The process is up", **access("open"))
+async def healthz() -> Health:
+    return Health(status="ok")
 
-    return router
+
+@probes.get(
+    "/readyz",
+    response_model=Health,
+    responses={503: {"model": Health}},
+    summary="The database answers and its schema is current",
+    **access("open"),
+)
+async def readyz(svc: Svc) -> Any:
+    try:
+        async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+            await conn.fetchval(sql("ready"))
+            current = await migrations.status(conn, migrations.discover())
+    except Exception as exc:  # any failure here means "not ready", never a 500
+        return OrjsonResponse(
+            Health(status="unavailable", detail=f"database: {type(exc).__name__}").model_dump(),
+            status_code=503,
+        )
+    if current.pending:
+        return OrjsonResponse(
+            Health(status="unavailable", detail="migrations pending").model_dump(),
+            status_code=503,
+        )
+    return Health(status="ready")
+
+
+def _field(problem: Mapping[str, Any]) -> str:
+    """The request field a validation problem is about, dotted ("body" for the whole body:
+    a JSON syntax error's location is a character offset, not a field)."""
+    if problem["type"] == "json_invalid":
+        return "body"
+    return ".".join(str(p) for p in problem["loc"] if p != "body") or "body"
+
+
+def _problem(problem: Mapping[str, Any]) -> str:
+    if problem["type"] == "json_invalid":
+        return "the body is not valid JSON"
+    return str(problem["msg"])

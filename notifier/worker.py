@@ -15,7 +15,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,24 +23,18 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from notifier import events
 from notifier.addresses import envelope_recipient
 from notifier.batching import Batcher
 from notifier.config import WorkerSettings
+from notifier.events import Events, Observer
 from notifier.intake import Intake
-from notifier.leases import (
-    Claimed,
-    Completed,
-    Completion,
-    Discovery,
-    Held,
-    Leases,
-    Sendability,
-)
+from notifier.leases import Claimed, Completed, Completion, Held, Leases
 from notifier.listener import Listener
 from notifier.mailer import SendResult, Transport
 from notifier.messages import Templates
+from notifier.outcomes import AttemptOutcome, Discovery, Sendability, judge
 from notifier.retries import Backoff
-from notifier.signals import Signals
 from notifier.telemetry import (
     DESTINATION,
     ClaimTrace,
@@ -66,6 +60,13 @@ SWEEP_JITTER = 0.1
 RENEW_AFTER_FRACTION = 1 / 3
 # A body is sent only while at least this fraction of the lease is certainly left.
 LEASE_SAFETY_FRACTION = 0.1
+# A body is sent only while the link certainly has this long left, seconds (the body's own
+# transfer and the server's queue come after the check).
+LINK_SAFETY_SECONDS = 1.0
+# A claim older than this fraction of the lease when its send starts (it waited for an SMTP
+# connection, say) is checked against the database first, before MAIL FROM: a fresh claim
+# already settled everything the database knew.
+RECHECK_AFTER_FRACTION = 0.1
 # Local retry deadlines are padded so the claim never arrives before the database's due time.
 RETRY_TIMER_MARGIN_SECONDS = 0.005
 
@@ -85,14 +86,55 @@ class _Claim:
 
 @dataclass(slots=True)
 class _Flight:
-    """One send in flight: its lease, when it was last renewed, and how to stop it."""
+    """One send in flight: its lease, when it was claimed and last renewed (monotonic), how
+    long its link had left at the claim (the database's clock), and how to stop it."""
 
     row: Claimed
     token: uuid.UUID
+    claimed_at: float
+    link_left: float
     renewed_at: float
     scope: anyio.CancelScope | None = None
     body_sent: bool = False
     lost: bool = False
+
+
+class _SendGate:
+    """The questions a send asks on its way out (mailer.Gate), answered for one flight.
+
+    Before MAIL FROM: a claim younger than `recheck_after` may begin at once, since its claim
+    settled everything the database knew; an older one (it waited for a connection, or the
+    process stalled) asks the database again. Before DATA: only this process's own clocks,
+    never the database (see Worker._still_sendable). `answer` keeps the last answer given.
+    """
+
+    def __init__(
+        self,
+        flight: _Flight,
+        local: Callable[[_Flight], Sendability],
+        database: Callable[[_Flight], Awaitable[Sendability | None]],
+        recheck_after: float,
+    ) -> None:
+        self._flight = flight
+        self._local = local
+        self._database = database
+        self._recheck_after = recheck_after
+        self.answer: Sendability | None = None
+
+    async def may_begin(self) -> bool:
+        if time.monotonic() - self._flight.claimed_at < self._recheck_after:
+            return True
+        self.answer = await self._database(self._flight)
+        return self.answer is not None and _sendable(self.answer)
+
+    def may_send_body(self) -> bool:
+        self.answer = self._local(self._flight)
+        self._flight.body_sent = _sendable(self.answer)
+        return self._flight.body_sent
+
+
+def _sendable(answer: Sendability) -> bool:
+    return answer.lease_held and answer.verification == "live"
 
 
 class Worker:
@@ -115,7 +157,7 @@ class Worker:
         mail_from: str,
         public_url: str,
         owner: str | None = None,
-        signals: Signals | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
         self.transport = transport
@@ -123,7 +165,8 @@ class Worker:
         self.keys = keys
         self.mail_from = mail_from
         self.public_url = public_url.rstrip("/")
-        self.signals = signals or Signals()
+        # Told of every step (metrics in production, a recorder in tests); keeps nothing.
+        self.observer: Observer = observer or Events()
         self.leases = Leases(
             pool, owner or default_owner(), settings.lease_seconds, settings.suppression_ttl
         )
@@ -136,7 +179,7 @@ class Worker:
             pool,
             on_ids=self.intake.offer_ids,
             on_connected=lambda: self.intake.request_sweep("sweep"),
-            signals=self.signals,
+            observer=self.observer,
             check_interval=settings.listener_check_interval,
             check_timeout=settings.listener_check_timeout,
         )
@@ -150,6 +193,7 @@ class Worker:
         self._traced = tracing_enabled()
         # A send may start only while this much of the lease is certainly left.
         self._usable_lease = settings.lease_seconds * (1 - LEASE_SAFETY_FRACTION)
+        self._recheck_after = settings.lease_seconds * RECHECK_AFTER_FRACTION
         self._retries: list[tuple[float, int]] = []  # (monotonic due time, outbox id)
         self._retry_added: anyio.Event | None = None
         self._slots: anyio.Semaphore | None = None
@@ -171,6 +215,25 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def _announce(self) -> None:
+        concurrency, capacity = self.settings.concurrency, self.transport.capacity
+        log.info(
+            "worker %s delivering (%s mode, %d sends in flight at most)",
+            self.owner,
+            self.settings.mode,
+            concurrency,
+        )
+        if capacity is not None and concurrency > capacity:
+            # Claims beyond the transport's connections wait for one while their lease and
+            # link age; the send path rechecks them against the database, which costs a
+            # round trip each, and the queue shows as commit -> send latency.
+            log.warning(
+                "NOTIFIER_CONCURRENCY=%d is more than the %d SMTP connections "
+                "(NOTIFIER_SMTP_POOL_SIZE): claims will wait for a connection; set them equal",
+                concurrency,
+                capacity,
+            )
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Deliver until stopped; `task_status.started()` once listening (or polling)."""
         self._slots = anyio.Semaphore(self.settings.concurrency)
@@ -190,18 +253,13 @@ class Worker:
                             intake.start_soon(self._retry_timer)
                         intake.start_soon(self._sweep_loop)
                         intake.start_soon(self._claim_loop)
-                        log.info(
-                            "worker %s delivering (%s mode, %d sends in flight at most)",
-                            self.owner,
-                            self.settings.mode,
-                            self.settings.concurrency,
-                        )
-                        self.signals.emit("started", owner=self.owner)
+                        self._announce()
+                        self.observer.notice(events.WorkerStarted(self.owner))
                         task_status.started()
                 if self._flights:
                     log.info("claiming stopped; waiting for %d sends in flight", len(self._flights))
             services.cancel_scope.cancel()
-        self.signals.emit("stopped", owner=self.owner)
+        self.observer.notice(events.WorkerStopped(self.owner))
         log.info("worker %s stopped", self.owner)
 
     def stop(self) -> None:
@@ -277,7 +335,7 @@ class Worker:
                 for _ in range(free):
                     slots.release()
                 log.warning("claim failed (%s); sweeping once the database answers", exc)
-                self.signals.emit("claim_failed", error=str(exc))
+                self.observer.notice(events.ClaimFailed(str(exc)))
                 self.intake.request_sweep("sweep")
                 await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
                 continue
@@ -287,7 +345,7 @@ class Worker:
                     sending += 1
                     sends.start_soon(self._deliver, row, claim)
                 else:
-                    self.signals.emit("settled", id=row.id, fate=row.fate)
+                    self.observer.notice(events.Settled(row.id, row.fate))
             for _ in range(free - sending):
                 slots.release()
 
@@ -312,7 +370,7 @@ class Worker:
         claimed = await self._timed_claim(self.leases.claim_due(limit, reason), reason)
         if len(claimed) >= limit:
             self.intake.request_sweep(reason)  # a full batch: more may be waiting
-        self.signals.emit("swept", owner=self.owner, reason=reason, claimed=len(claimed))
+        self.observer.notice(events.Swept(self.owner, reason, len(claimed)))
         for row, _ in claimed:
             self._emit_claimed(row, None)
         return claimed
@@ -331,20 +389,16 @@ class Worker:
         return [(row, _Claim(claim, sent_at)) for row in rows]
 
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
-        self.signals.emit(
-            "claimed",
-            owner=self.owner,
-            id=row.id,
-            discovered_by=row.discovered_by,
-            attempt=row.attempt,
-            waited=waited,
+        self.observer.notice(
+            events.Claimed(self.owner, row.id, row.discovered_by, row.attempt, waited)
         )
 
     # -- sending -----------------------------------------------------------------------------
 
     async def _deliver(self, row: Claimed, claim: _Claim) -> None:
         assert row.lease_token is not None and self._slots is not None
-        flight = _Flight(row, row.lease_token, claim.sent_at)
+        link_left = (row.expires_at - (row.claimed_at or row.expires_at)).total_seconds()
+        flight = _Flight(row, row.lease_token, claim.sent_at, link_left, claim.sent_at)
         self._flights[row.id] = flight
         with process_span(row, claim.trace, self.owner, self._traced) as span:
             try:
@@ -366,18 +420,6 @@ class Worker:
     async def _attempt(self, flight: _Flight) -> Completion:
         row = flight.row
         started = time.monotonic()
-
-        def ended(**fields: Any) -> Completion:
-            return Completion(
-                id=row.id,
-                token=flight.token,
-                attempt=row.attempt,
-                discovered_by=row.discovered_by,
-                claimed_at=row.claimed_at,
-                duration_ms=(time.monotonic() - started) * 1000,
-                **fields,
-            )
-
         try:
             token = self.keys.derive(row.token_key_id, row.verification_id, row.token_nonce)
         except UnknownKeyError as exc:
@@ -390,11 +432,13 @@ class Worker:
                 row.id,
                 exc.key_id,
             )
-            self.signals.emit("unknown_token_key", id=row.id, key_id=exc.key_id)
-            return ended(
-                outcome="transient",
+            self.observer.notice(events.UnknownTokenKey(row.id, exc.key_id))
+            return self._ended(
+                flight,
+                started,
+                "transient",
+                retry=True,
                 detail=f"{exc}; retried until the link expires",
-                retry_delay=self.backoff.delay(row.attempt),
             )
         # An ASCII local part at an internationalised domain goes out with the punycode
         # domain, so any server takes it; only a non-ASCII local part needs SMTPUTF8.
@@ -410,27 +454,7 @@ class Worker:
             issued_at=row.issued_at,
             locale=row.locale,
         )
-        answer: Sendability | None = None
-
-        async def gate() -> bool:
-            """Just before DATA: is the lease still ours and the verification still live?"""
-            nonlocal answer
-            if flight.lost:
-                return False
-            try:
-                answer = await self._gate.submit(Held(row.id, flight.token))
-            except Exception as exc:
-                log.warning("cannot confirm the lease on %d before sending (%s)", row.id, exc)
-                return False
-            # The database said "held" when it ran the check; if this process stalled since
-            # (a pause, a frozen VM), the lease may have run out meanwhile and been taken
-            # over. Only a lease that is certainly still ours may send the body.
-            if time.monotonic() >= flight.renewed_at + self._usable_lease:
-                log.warning("delivery %d: lease too close to its end to send; abandoning", row.id)
-                answer = Sendability(lease_held=False, verification=None)
-            flight.body_sent = answer.lease_held and answer.verification == "live"
-            return flight.body_sent
-
+        gate = _SendGate(flight, self._still_sendable, self._database_check, self._recheck_after)
         with (
             child_span("send smtp", dict(self.transport.span_attributes)) as send_span,
             anyio.CancelScope() as scope,
@@ -445,50 +469,92 @@ class Worker:
                     send_span.set_attribute("error.type", result.outcome)
         flight.scope = None
         if scope.cancelled_caught:
-            return ended(
-                outcome="lease_lost", detail="the lease was lost before the message was sent"
+            return self._ended(
+                flight,
+                started,
+                "lease_lost",
+                detail="the lease was lost before the message was sent",
             )
-        return self._judge(result, answer, ended, row)
+        return self._judged(flight, started, result, gate.answer)
 
-    def _judge(
-        self, result: SendResult, answer: Sendability | None, ended: Any, row: Claimed
+    def _still_sendable(self, flight: _Flight) -> Sendability:
+        """The pre-DATA gate's answer, from this process's own clocks. The lease: renewed
+        at `renewed_at` (monotonic), certainly ours for `_usable_lease` after it, whatever
+        a pause or a frozen VM did meanwhile. The link: it had `link_left` seconds when the
+        claim's statement was sent (the database's clock, at claim), and has that less the
+        time since, with a margin for the body's own transfer."""
+        now = time.monotonic()
+        if flight.lost or now >= flight.renewed_at + self._usable_lease:
+            return Sendability(lease_held=False, verification=None)
+        if flight.link_left - (now - flight.claimed_at) <= LINK_SAFETY_SECONDS:
+            return Sendability(lease_held=True, verification="expired")
+        return Sendability(lease_held=True, verification="live")
+
+    async def _database_check(self, flight: _Flight) -> Sendability | None:
+        """The lease and the verification as the database has them (batched with others);
+        None if it cannot say, which sends nothing."""
+        try:
+            answer = await self._gate.submit(Held(flight.row.id, flight.token))
+        except Exception as exc:
+            log.warning("cannot confirm the lease on %d before sending (%s)", flight.row.id, exc)
+            return None
+        local = self._still_sendable(flight)
+        return answer if local.verification == "live" or not answer.lease_held else local
+
+    def _judged(
+        self, flight: _Flight, started: float, result: SendResult, gate: Sendability | None
     ) -> Completion:
-        detail = result.reply
-        if result.code is not None:
+        """The completion the transport's result and the gate's answer call for
+        (outcomes.judge decides; this records it)."""
+        judgement = judge(result.outcome, result.refusal, gate)
+        if judgement.configuration_problem:
+            self.observer.notice(events.ConfigurationProblem(flight.row.id, result.code))
+        if result.outcome == "aborted" and not judgement.retry:
+            # The gate said no: the mail server was told nothing worth keeping.
+            gone = judgement.outcome == "lease_lost"
+            detail = "the lease was gone at the pre-send check" if gone else None
+            return self._ended(flight, started, judgement.outcome, detail=detail)
+        return self._ended(
+            flight,
+            started,
+            judgement.outcome,
+            retry=judgement.retry,
+            result=result,
+            suppress=judgement.suppress,
+        )
+
+    def _ended(
+        self,
+        flight: _Flight,
+        started: float,
+        outcome: AttemptOutcome,
+        *,
+        retry: bool = False,
+        detail: str | None = None,
+        result: SendResult | None = None,
+        suppress: bool = False,
+    ) -> Completion:
+        """How the attempt on `flight` ended, with the transport's evidence if it has any."""
+        row = flight.row
+        if detail is None and result is not None:
             # Stored as support staff read it in a bounce: "550 5.1.1 <u***@x.com>: ...".
-            detail = f"{result.code} {detail or ''}".strip()
-        common = {
-            "smtp_code": result.code,
-            "detail": detail,
-            "body_sent": result.body_sent,
-            "smtp_seconds": result.duration,
-        }
-        match result.outcome:
-            case "sent":
-                return ended(  # type: ignore[no-any-return]
-                    outcome="sent", provider_message_id=result.provider_message_id, **common
-                )
-            case "permanent":
-                if result.refusal == "configuration":
-                    self.signals.emit("configuration_problem", id=row.id, code=result.code)
-                return ended(  # type: ignore[no-any-return]
-                    outcome="permanent", suppress=result.refusal == "recipient", **common
-                )
-            case "transient" | "unknown":
-                return ended(  # type: ignore[no-any-return]
-                    outcome=result.outcome, retry_delay=self.backoff.delay(row.attempt), **common
-                )
-            case "aborted":
-                if answer is None or not answer.lease_held or answer.verification is None:
-                    return ended(  # type: ignore[no-any-return]
-                        outcome="lease_lost", detail="the lease was gone at the pre-send check"
-                    )
-                if answer.verification == "live":
-                    # The gate said yes but the transport aborted anyway; treat as transient.
-                    return ended(  # type: ignore[no-any-return]
-                        outcome="transient", retry_delay=self.backoff.delay(row.attempt), **common
-                    )
-                return ended(outcome=answer.verification)  # type: ignore[no-any-return]
+            detail = f"{result.code or ''} {result.reply or ''}".strip() or None
+        return Completion(
+            id=row.id,
+            token=flight.token,
+            attempt=row.attempt,
+            discovered_by=row.discovered_by,
+            claimed_at=row.claimed_at,
+            duration_ms=(time.monotonic() - started) * 1000,
+            outcome=outcome,
+            retry_delay=self.backoff.delay(row.attempt) if retry else 0.0,
+            smtp_code=None if result is None else result.code,
+            detail=detail,
+            provider_message_id=None if result is None else result.provider_message_id,
+            body_sent=False if result is None else result.body_sent,
+            smtp_seconds=None if result is None else result.duration,
+            suppress=suppress,
+        )
 
     async def _complete(self, completion: Completion) -> None:
         done: Completed | None = None
@@ -510,7 +576,7 @@ class Worker:
                             completion.id,
                             exc,
                         )
-                        self.signals.emit("completion_failed", id=completion.id)
+                        self.observer.notice(events.CompletionFailed(completion.id))
                         return
                     await anyio.sleep(delay)
             if span is not None and done is not None:
@@ -524,25 +590,26 @@ class Worker:
                 completion.id,
                 completion.outcome,
             )
-            self.signals.emit("stale_completion", id=completion.id, outcome=completion.outcome)
+            self.observer.notice(events.StaleCompletion(completion.id, completion.outcome))
             return
         if done.status == "pending":
             self._schedule_retry(completion.id, completion.retry_delay)
-        self.signals.emit(
-            "completed",
-            owner=self.owner,
-            id=completion.id,
-            outcome=completion.outcome,
-            status=done.status,
-            attempt=completion.attempt,
-            smtp_seconds=completion.smtp_seconds,
+        self.observer.notice(
+            events.Completed(
+                self.owner,
+                completion.id,
+                completion.outcome,
+                done.status,
+                completion.attempt,
+                completion.smtp_seconds,
+            )
         )
 
     async def _release(self, flight: _Flight) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_SECONDS):
             try:
                 await self.leases.release([Held(flight.row.id, flight.token)])
-                self.signals.emit("released", id=flight.row.id)
+                self.observer.notice(events.Released(flight.row.id))
             except Exception as exc:
                 log.warning(
                     "could not release delivery %d (%s); its lease will expire", flight.row.id, exc
@@ -572,7 +639,7 @@ class Worker:
                     flight.renewed_at = now
                     continue
                 flight.lost = True
-                self.signals.emit("lease_lost", id=flight.row.id, body_sent=flight.body_sent)
+                self.observer.notice(events.LeaseLost(flight.row.id, flight.body_sent))
                 log.warning(
                     "delivery %d: lease lost while in flight%s",
                     flight.row.id,

@@ -38,6 +38,8 @@ BEGIN
                o.discovered_by AS previous_discovery, o.claimed_at AS previous_claimed_at,
                v.user_id, v.email, v.purpose, v.token_key_id, v.token_nonce, v.expires_at,
                v.locale, v.created_at AS issued_at,
+               -- Mirrors notifier.outcomes.claim_fate, case for case (and
+               -- tests/integration/test_outcomes_sql.py runs both over every case).
                CASE
                    WHEN v.verified_at IS NOT NULL THEN 'verified'
                    WHEN v.superseded_at IS NOT NULL THEN 'superseded'

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from notifier.database import connect, create_pool
 from notifier.embedded import EmbeddedPostgres
 from notifier.tokens import TokenKeys
+from tests.support import harness
 from tests.support.databases import (
     create_database,
     create_template,
@@ -29,6 +31,32 @@ pytest_plugins = [
 
 # Durability buys nothing in a throwaway test cluster and costs seconds per run.
 TEST_SERVER_SETTINGS = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A temporary directory of this run's own, unless one was given with --basetemp.
+
+    pytest's default numbered directories are pruned by every new session: a second run
+    started on the same machine deletes a running one's embedded PostgreSQL from under it.
+    """
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="notifier-tests-")
+        config.stash[_OWN_BASETEMP] = Path(config.option.basetemp)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Kept after a failure, to read the servers' logs; gone after a clean run.
+    own = config.stash.get(_OWN_BASETEMP, None)
+    if own is not None and config.stash.get(_PASSED, False):
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_PASSED] = exitstatus == 0
+
+
+_OWN_BASETEMP = pytest.StashKey[Path]()
+_PASSED = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,7 +76,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """NOTIFIER_TEST_DATABASE_URL's server, or an embedded one for this run."""
-    url = os.environ.get("NOTIFIER_TEST_DATABASE_URL")
+    url = harness.value(harness.TEST_DATABASE_URL)
     if url:
         yield url
         return

@@ -9,10 +9,12 @@ import anyio
 import asyncpg
 import pytest
 
+from notifier import events
 from notifier.tokens import TokenKeys
 from tests.conftest import TEST_SECRET
 from tests.support.cli import run_cli, running_cli
 from tests.support.deliveries import attempts_of, enqueue, expire_lease, outbox_row
+from tests.support.recorder import recorded
 from tests.support.smtp_server import HoldAtRcpt, SlowData, SmtpServer
 from tests.support.workers import running_worker
 
@@ -52,7 +54,7 @@ async def test_worker_killed_mid_send_leaves_a_row_another_worker_reclaims(
     await expire_lease(db, enqueued.outbox_id)
     async with running_worker(database_url, keys, smtp_server.settings(), sweep_interval=0.1) as w:
         with anyio.fail_after(WAIT):
-            await w.signals.wait_for_kind("completed")
+            await recorded(w).wait_for_kind(events.Completed)
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"], row["discovered_by"]) == ("sent", 2, "expired_lease")
     attempts = await attempts_of(db, enqueued.outbox_id)

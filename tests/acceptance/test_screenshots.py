@@ -9,7 +9,6 @@ the email's and the console's, made so:
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -20,6 +19,7 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from notifier.messages import Templates
+from tests.support import harness
 from tests.support.browser import WAIT_SECONDS, inbox_holding, request_verification
 from tests.support.console_stack import ConsoleStack, console_paths, signed_in_page
 from tests.support.looks import horizontal_overflow, low_contrast
@@ -33,7 +33,7 @@ ISSUED = datetime(2025, 6, 1, 11, 0, tzinfo=UTC)
 
 @pytest.fixture
 def shots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    folder = Path(os.environ.get("NOTIFIER_SCREENSHOTS") or tmp_path / "screenshots")
+    folder = Path(harness.value(harness.SCREENSHOTS) or tmp_path / "screenshots")
     folder.mkdir(parents=True, exist_ok=True)
     with capsys.disabled():
         print(f"\nscreenshots: {folder.resolve()}")

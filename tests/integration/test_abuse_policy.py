@@ -16,14 +16,15 @@ import httpx
 import orjson
 import pytest
 
+from notifier import events
 from notifier.config import RetentionSettings
 from notifier.maintenance import cleanup
-from notifier.signals import Signals
 from notifier.tokens import TokenKeys
 from notifier.verifications import Throttled, request_verification
 from tests.conftest import TEST_SECRET
 from tests.support.apps import Clients, bearer, make_key, serve
 from tests.support.deliveries import enqueue, expire_verification, outbox_row, policy_for_tests
+from tests.support.recorder import Recorder
 from tests.support.smtp_server import Fault, Reply, SmtpServer
 from tests.support.workers import running_worker
 
@@ -133,13 +134,13 @@ async def test_budget_counters_hold_no_domain_in_the_clear(
 
 async def deliver_one(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp: SmtpServer, email: str
-) -> tuple[Any, Signals]:
-    signals = Signals()
-    async with running_worker(database_url, keys, smtp.settings(), signals=signals):
+) -> tuple[Any, Recorder]:
+    recorder = Recorder()
+    async with running_worker(database_url, keys, smtp.settings(), recorder=recorder):
         enqueued = await enqueue(db, keys, email)
         with anyio.fail_after(WAIT):
-            await signals.wait_for_kind("completed")
-    return await outbox_row(db, enqueued.outbox_id), signals
+            await recorder.wait_for_kind(events.Completed)
+    return await outbox_row(db, enqueued.outbox_id), recorder
 
 
 async def suppressed(db: asyncpg.Connection) -> list[str]:
@@ -170,12 +171,12 @@ async def test_a_refusal_that_is_ours_fails_the_delivery_alerts_and_suppresses_n
     else:
         smtp_server.plan("innocent@example.com", plan)
     with caplog.at_level(logging.ERROR, logger="notifier.mailer"):
-        row, signals = await deliver_one(
+        row, recorder = await deliver_one(
             db, database_url, keys, smtp_server, "innocent@example.com"
         )
     assert row["status"] == "failed", why
     assert await suppressed(db) == [], why
-    assert len(signals.of("configuration_problem")) == 1, why
+    assert len(recorder.of(events.ConfigurationProblem)) == 1, why
     assert any("configuration problem" in r.getMessage() for r in caplog.records), why
 
 
@@ -196,8 +197,8 @@ async def test_the_recipients_own_refusal_suppresses_the_mailbox_for_a_while(
     plan: Fault | Reply,
 ) -> None:
     smtp_server.plan("Gone+tag@example.com", plan)
-    row, signals = await deliver_one(db, database_url, keys, smtp_server, "Gone+tag@example.com")
-    assert row["status"] == "failed" and not signals.of("configuration_problem")
+    row, recorder = await deliver_one(db, database_url, keys, smtp_server, "Gone+tag@example.com")
+    assert row["status"] == "failed" and not recorder.of(events.ConfigurationProblem)
     entry = await db.fetchrow(
         "SELECT email, expires_at - suppressed_at AS lasts FROM notifier.suppressed_addresses"
     )
@@ -305,15 +306,15 @@ async def test_a_worker_without_the_new_secret_retries_until_the_link_expires(
 ) -> None:
     api_keys = TokenKeys((NEW_SECRET, TEST_SECRET))  # the API was rolled out first
     worker_keys = TokenKeys((TEST_SECRET,))
-    signals = Signals()
-    async with running_worker(database_url, worker_keys, smtp_server.settings(), signals=signals):
+    recorder = Recorder()
+    async with running_worker(database_url, worker_keys, smtp_server.settings(), recorder=recorder):
         enqueued = await enqueue(db, api_keys, "early@example.com")
         with anyio.fail_after(WAIT):
-            await signals.wait_for_kind("completed")
+            await recorder.wait_for_kind(events.Completed)
     row = await outbox_row(db, enqueued.outbox_id)
     assert row["status"] == "pending" and row["last_outcome"] == "transient"
     assert "retried until the link expires" in row["last_error"]
-    assert len(signals.of("unknown_token_key")) >= 1
+    assert len(recorder.of(events.UnknownTokenKey)) >= 1
     assert smtp_server.received == []
 
 

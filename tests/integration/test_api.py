@@ -185,6 +185,10 @@ async def test_malformed_json_is_a_clear_error(
         headers={"Idempotency-Key": "k", "Content-Type": "application/json"},
     )
     assert response.status_code == 422
+    # The whole body is at fault, not a field named after the offset where parsing stopped.
+    problem = response.json()["error"]
+    assert problem["message"] == "body: the body is not valid JSON"
+    assert problem.get("fields", []) == []
     assert await counts(db) == (0, 0)
 
 

@@ -17,7 +17,7 @@ import asyncpg
 import httpx
 import pytest
 
-from notifier import apikeys
+from notifier import apikeys, events
 from notifier.access import CSRF_FIELD, SESSION_COOKIE
 from notifier.access import routes as access_routes
 from notifier.api import create_internal_app
@@ -26,6 +26,7 @@ from notifier.tokens import TokenKeys
 from notifier.web import Services
 from tests.support.apps import INTERNAL_BASE, bearer, make_key
 from tests.support.deliveries import enqueue, policy_for_tests
+from tests.support.recorder import recorded
 from tests.support.smtp_server import Fault, SmtpServer
 from tests.support.workers import running_worker
 
@@ -309,7 +310,7 @@ async def test_a_delivery_shows_its_attempt_timeline_and_never_its_token_or_addr
     async with running_worker(database_url, keys, smtp_server.settings(), name="worker-7") as w:
         enqueued = await enqueue(db, keys, "ada@example.com")
         with anyio.fail_after(WAIT):
-            await w.signals.wait_for_kind("completed")
+            await recorded(w).wait_for_kind(events.Completed)
     [mail] = smtp_server.received
     token = re.search(rb"token=([\w.-]+)", mail.content)
     assert token
@@ -392,7 +393,7 @@ async def test_the_shares_count_how_claims_found_their_rows(
         for name in ("ada", "grace"):
             await enqueue(db, keys, f"{name}@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("completed", 2)
+            await recorded(worker).wait_for_kind(events.Completed, 2)
     headers = bearer(await make_key(db, ["read"]))
     page = (await console.get("/console", headers=headers)).text
     assert re.search(r"<th scope=row>notify<span class=why>[^<]*</span></th><td>2</td>", page)
@@ -414,8 +415,8 @@ async def failed_delivery(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "grace@example.com", max_attempts=1)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "failed" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "failed" for e in s.of(events.Completed))
             )
     return enqueued.id
 

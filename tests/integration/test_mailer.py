@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import email
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,15 +32,25 @@ def message(recipient: str = "bob@example.com", n: int = 1) -> OutgoingMessage:
 
 
 class Gate:
-    """A gate that answers as told and counts its calls."""
+    """A gate that answers as told (or raises what it is given) and counts its questions."""
 
-    def __init__(self, answer: bool = True) -> None:
-        self.answer = answer
-        self.calls = 0
+    def __init__(
+        self, begin: bool = True, body: bool = True, error: Exception | None = None
+    ) -> None:
+        self.begin, self.body, self.error = begin, body, error
+        self.begin_calls = self.body_calls = 0
 
-    async def __call__(self) -> bool:
-        self.calls += 1
-        return self.answer
+    async def may_begin(self) -> bool:
+        self.begin_calls += 1
+        if self.error is not None and not self.begin:
+            raise self.error
+        return self.begin
+
+    def may_send_body(self) -> bool:
+        self.body_calls += 1
+        if self.error is not None and not self.body:
+            raise self.error
+        return self.body
 
 
 @asynccontextmanager
@@ -55,7 +65,7 @@ async def transport(server: SmtpServer, **settings: Any) -> AsyncIterator[SmtpTr
 async def send(
     smtp: SmtpTransport,
     msg: OutgoingMessage | None = None,
-    gate: Callable[[], Awaitable[bool]] | None = None,
+    gate: Gate | None = None,
 ) -> SendResult:
     return await smtp.send(msg or message(), gate or Gate())
 
@@ -179,39 +189,71 @@ async def test_connection_refused_is_transient() -> None:
     assert result.reply is not None and "connect" in result.reply.lower()
 
 
-async def test_closed_gate_aborts_without_storing_and_the_connection_is_reused(
+async def test_a_gate_closed_before_the_body_aborts_without_storing_and_keeps_the_connection(
     smtp_server: SmtpServer,
 ) -> None:
-    closed = Gate(answer=False)
+    closed = Gate(body=False)
     async with transport(smtp_server) as smtp:
         aborted = await send(smtp, message(n=1), closed)
         assert smtp_server.received == []
         sent = await send(smtp, message(n=2))
-    assert closed.calls == 1
+    assert (closed.begin_calls, closed.body_calls) == (1, 1)
     assert (aborted.outcome, aborted.body_sent) == ("aborted", False)
     assert sent.outcome == "sent"
     assert [r.message_id for r in smtp_server.received] == [message(n=2).message_id]
     assert smtp_server.connections_opened == 1
 
 
-async def test_failing_gate_aborts(smtp_server: SmtpServer) -> None:
-    async def broken() -> bool:
-        raise ConnectionError("database unreachable")
+async def test_a_gate_closed_before_the_envelope_aborts_without_touching_the_server(
+    smtp_server: SmtpServer,
+) -> None:
+    closed = Gate(begin=False)
+    async with transport(smtp_server) as smtp:
+        aborted = await send(smtp, gate=closed)
+    assert (aborted.outcome, closed.body_calls) == ("aborted", 0)
+    assert smtp_server.connections_opened == 0
 
+
+async def test_a_gate_failing_before_the_body_aborts(smtp_server: SmtpServer) -> None:
+    broken = Gate(body=False, error=ConnectionError("clock unreadable"))
     async with transport(smtp_server) as smtp:
         result = await send(smtp, gate=broken)
     assert result.outcome == "aborted"
     assert smtp_server.received == []
 
 
-async def test_gate_is_asked_only_after_the_recipient_is_accepted(
+async def test_a_gate_failing_before_the_envelope_aborts(smtp_server: SmtpServer) -> None:
+    broken = Gate(begin=False, error=ConnectionError("database unreachable"))
+    async with transport(smtp_server) as smtp:
+        result = await send(smtp, gate=broken)
+    assert result.outcome == "aborted"
+    assert smtp_server.connections_opened == 0
+
+
+async def test_the_body_gate_is_asked_only_after_the_recipient_is_accepted(
     smtp_server: SmtpServer,
 ) -> None:
     smtp_server.plan("bob@example.com", Fault.RCPT_5XX)
     gate = Gate()
     async with transport(smtp_server) as smtp:
         await send(smtp, gate=gate)
-    assert gate.calls == 0
+    assert (gate.begin_calls, gate.body_calls) == (1, 0)
+
+
+async def test_the_envelope_gate_is_asked_once_a_connection_is_free(
+    smtp_server: SmtpServer,
+) -> None:
+    hold = HoldAtRcpt()
+    smtp_server.plan("held@example.com", hold)
+    waiting = Gate()
+    async with transport(smtp_server, pool_size=1) as smtp, anyio.create_task_group() as tg:
+        tg.start_soon(send, smtp, message("held@example.com"))
+        await hold.wait_reached()
+        tg.start_soon(send, smtp, message(n=2), waiting)
+        await anyio.sleep(0.2)
+        assert waiting.begin_calls == 0  # still queued for the only connection
+        hold.release.set()
+    assert (waiting.begin_calls, waiting.body_calls) == (1, 1)
 
 
 async def test_a_resent_message_carries_the_same_message_id(smtp_server: SmtpServer) -> None:
@@ -311,8 +353,9 @@ async def test_null_transport_asks_the_gate_and_reports_sent() -> None:
     assert isinstance(null, NullTransport)
     gate = Gate()
     result = await null.send(message(), gate)
-    assert (result.outcome, result.provider_message_id, gate.calls) == ("sent", "null", 1)
-    assert (await null.send(message(), Gate(answer=False))).outcome == "aborted"
+    assert (result.outcome, result.provider_message_id) == ("sent", "null")
+    assert (gate.begin_calls, gate.body_calls) == (1, 1)
+    assert (await null.send(message(), Gate(body=False))).outcome == "aborted"
     await null.aclose()
 
 

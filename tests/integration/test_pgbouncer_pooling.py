@@ -11,12 +11,14 @@ import anyio
 import asyncpg
 import pytest
 
+from notifier import events
 from notifier.config import RetentionSettings
 from notifier.database import connect, create_pool
 from notifier.maintenance import cleanup
 from notifier.queries import sql
 from notifier.tokens import TokenKeys
 from tests.support.deliveries import enqueue, enqueue_many
+from tests.support.recorder import recorded
 from tests.support.smtp_server import SmtpServer
 from tests.support.topologies import PooledDatabase
 from tests.support.workers import running_worker
@@ -110,11 +112,11 @@ async def test_pgbouncer_transaction_mode_carries_requests_claims_and_completion
         finally:
             await writer.close()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("completed", 30)
+            await recorded(worker).wait_for_kind(events.Completed, 30)
     assert len({r.message_id for r in smtp_server.received}) == 30
-    claims = Counter(e.data["discovered_by"] for e in worker.signals.of("claimed"))
+    claims = Counter(e.discovered_by for e in recorded(worker).of(events.Claimed))
     assert claims["notify"] > 0  # LISTEN went direct and heard them
-    assert worker.signals.of("listener_lost") == []
+    assert recorded(worker).of(events.ListenerLost) == []
 
 
 async def test_pgbouncer_transaction_mode_cleanup_leaves_no_lock_behind(
@@ -155,17 +157,17 @@ async def test_pgbouncer_session_mode_carries_listen(
         statement_cache_size=0,
     ) as worker:
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("listener_checked")
+            await recorded(worker).wait_for_kind(events.ListenerChecked)
         db = await connect(pooled.direct)
         try:
             await enqueue_many(db, keys, 10)
         finally:
             await db.close()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("completed", 10)
-    claims = Counter(e.data["discovered_by"] for e in worker.signals.of("claimed"))
+            await recorded(worker).wait_for_kind(events.Completed, 10)
+    claims = Counter(e.discovered_by for e in recorded(worker).of(events.Claimed))
     assert claims == Counter(notify=10)
-    assert worker.signals.of("listener_lost") == []
+    assert recorded(worker).of(events.ListenerLost) == []
 
 
 async def test_pgbouncer_transaction_mode_listen_is_caught_by_the_round_trip(
@@ -180,15 +182,15 @@ async def test_pgbouncer_transaction_mode_listen_is_caught_by_the_round_trip(
         sweep_interval=0.5,
     ) as worker:
         with anyio.fail_after(WAIT):
-            [lost, *_] = await worker.signals.wait_for_kind("listener_lost")
+            [lost, *_] = await recorded(worker).wait_for_kind(events.ListenerLost)
         db = await connect(pooled.direct)
         try:
             await enqueue_many(db, keys, 5)
         finally:
             await db.close()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("completed", 5)  # the sweep still delivers
-    assert lost.data["heard"] is False
-    assert "it hears nothing" in lost.data["reason"]
-    assert "NOTIFIER_LISTEN_DATABASE_URL" in lost.data["reason"]
-    assert worker.signals.of("listener_checked") == []
+            await recorded(worker).wait_for_kind(events.Completed, 5)  # the sweep still delivers
+    assert lost.heard is False
+    assert "it hears nothing" in lost.reason
+    assert "NOTIFIER_LISTEN_DATABASE_URL" in lost.reason
+    assert recorded(worker).of(events.ListenerChecked) == []

@@ -14,10 +14,12 @@ import asyncpg
 import pytest
 
 import notifier
+from notifier import events
 from notifier.tokens import TokenKeys
 from notifier.verifications import IdempotencyConflict, InvalidRequest
 from tests.support.apps import Clients, serve
 from tests.support.deliveries import enqueue, expire_verification, policy_for_tests
+from tests.support.recorder import recorded
 from tests.support.smtp_server import SmtpServer
 from tests.support.workers import running_worker
 
@@ -79,7 +81,7 @@ async def test_a_german_request_is_delivered_in_german_stating_the_links_hour(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         await enqueue(db, keys, "leser@example.com", locale="de-AT", ttl_seconds=3600)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(lambda s: len(s.of("completed")) >= 1)
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Completed)) >= 1)
     [received] = smtp_server.received
     message = parsed(received.content)
     assert str(message["Subject"]).startswith("Bestätigen Sie Ihre E-Mail-Adresse")

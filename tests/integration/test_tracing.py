@@ -12,12 +12,13 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from notifier.signals import Signals
+from notifier import events
 from notifier.telemetry import QueueHealth, WorkerMetrics
 from notifier.tokens import TokenKeys
 from tests.support.apps import Clients, serve
 from tests.support.deliveries import policy_for_tests
 from tests.support.fixtures import Otel
+from tests.support.recorder import Recorder
 from tests.support.smtp_server import Fault, SmtpServer
 from tests.support.workers import running_worker
 
@@ -52,10 +53,10 @@ async def deliver(
     database_url: str,
     keys: TokenKeys,
     smtp_server: SmtpServer,
-    signals: Signals,
+    recorder: Recorder,
     sent: int = 1,
 ) -> str:
-    async with running_worker(database_url, keys, smtp_server.settings(), signals=signals):
+    async with running_worker(database_url, keys, smtp_server.settings(), recorder=recorder):
         response = await client.post(
             "/v1/verifications",
             json={"user_id": "u-trace", "email": EMAIL},
@@ -63,8 +64,8 @@ async def deliver(
         )
         assert response.status_code == 202
         with anyio.fail_after(WAIT):
-            await signals.wait_for(
-                lambda s: sum(e.data["status"] == "sent" for e in s.of("completed")) >= sent
+            await recorder.wait_for(
+                lambda s: sum(e.status == "sent" for e in s.of(events.Completed)) >= sent
             )
     return str(response.json()["id"])
 
@@ -76,7 +77,7 @@ async def test_one_trace_runs_from_the_request_through_claim_send_and_settle(
     keys: TokenKeys,
     smtp_server: SmtpServer,
 ) -> None:
-    verification_id = await deliver(client, database_url, keys, smtp_server, Signals())
+    verification_id = await deliver(client, database_url, keys, smtp_server, Recorder())
     spans = list(otel.spans.get_finished_spans())
     server = one(spans, "POST /v1/verifications")
     producer = one(spans, "create notifier.email_outbox")
@@ -125,7 +126,7 @@ async def test_every_attempt_of_a_retried_delivery_stays_in_its_trace(
     smtp_server: SmtpServer,
 ) -> None:
     smtp_server.plan(EMAIL, Fault.RCPT_4XX)
-    await deliver(client, database_url, keys, smtp_server, Signals())
+    await deliver(client, database_url, keys, smtp_server, Recorder())
     spans = list(otel.spans.get_finished_spans())
     processes = by_name(spans, "process notifier.email_outbox")
     assert sorted((s.attributes or {})["notifier.attempt"] for s in processes) == [1, 2]
@@ -141,7 +142,7 @@ async def test_no_span_carries_a_token_or_an_address(
     keys: TokenKeys,
     smtp_server: SmtpServer,
 ) -> None:
-    await deliver(client, database_url, keys, smtp_server, Signals())
+    await deliver(client, database_url, keys, smtp_server, Recorder())
     body = smtp_server.received[0].content.decode()
     mac = body.split("token=", 1)[1][9:52]
     for span in otel.spans.get_finished_spans():
@@ -167,9 +168,8 @@ async def test_metrics_page_shows_queue_health_and_worker_counts(
     keys: TokenKeys,
     smtp_server: SmtpServer,
 ) -> None:
-    signals = Signals()
-    signals.subscribe(WorkerMetrics())
-    await deliver(client, database_url, keys, smtp_server, signals)
+    recorder = Recorder(then=WorkerMetrics())
+    await deliver(client, database_url, keys, smtp_server, recorder)
     health = QueueHealth(pool)
     health.register_gauges()
     await health.sample()

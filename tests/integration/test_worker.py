@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import logging
 import re
 from collections import Counter
 from email.message import EmailMessage
@@ -13,8 +14,9 @@ import anyio
 import asyncpg
 import pytest
 
+from notifier import events
+from notifier.leases import Leases
 from notifier.listener import CHANNEL
-from notifier.signals import Signals
 from notifier.tokens import TokenKeys, hash_token
 from notifier.worker import Worker
 from tests.support.deliveries import (
@@ -25,6 +27,7 @@ from tests.support.deliveries import (
     expire_verification,
     outbox_row,
 )
+from tests.support.recorder import Recorder, recorded
 from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
 from tests.support.workers import PUBLIC_URL, running_worker
 
@@ -34,7 +37,9 @@ WAIT = 15  # seconds any single expectation may take before the test fails
 
 
 def completed(worker: Worker, count: int) -> Any:
-    return worker.signals.wait_for(lambda s: len(s.of("completed")) + len(s.of("settled")) >= count)
+    return recorded(worker).wait_for(
+        lambda s: len(s.of(events.Completed)) + len(s.of(events.Settled)) >= count
+    )
 
 
 def link_token(content: bytes) -> str:
@@ -93,16 +98,16 @@ async def test_two_workers_racing_over_1000_rows_never_both_send_one_row(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
     smtp = smtp_server.settings(pool_size=8)
-    shared = Signals()
+    shared = Recorder()
     async with (
-        running_worker(database_url, keys, smtp, name="a", signals=shared) as a,
-        running_worker(database_url, keys, smtp, name="b", signals=shared) as b,
+        running_worker(database_url, keys, smtp, name="a", recorder=shared) as a,
+        running_worker(database_url, keys, smtp, name="b", recorder=shared) as b,
     ):
         # Enqueued while both listen, so both are told about every row and race for each.
         for start in range(0, 1000, 100):
             await enqueue_many(db, keys, 100, prefix=f"race{start}-")
         with anyio.fail_after(60):
-            await shared.wait_for_kind("completed", 1000)
+            await shared.wait_for_kind(events.Completed, 1000)
     assert await statuses(db) == Counter(sent=1000)
     ids = Counter(r.message_id for r in smtp_server.received)
     assert len(ids) == 1000
@@ -150,10 +155,10 @@ async def test_killed_listener_reconnects_sweeps_and_loses_nothing(
         # Committed while nobody listens: these notifications are gone for good.
         await enqueue_many(db, keys, 10, prefix="missed")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("listener_connected", 2)
+            await recorded(worker).wait_for_kind(events.ListenerConnected, 2)
             await completed(worker, 10)
         assert worker.listener.connection.get_server_pid() != pid
-    assert worker.signals.of("listener_lost")
+    assert recorded(worker).of(events.ListenerLost)
     assert await statuses(db) == Counter(sent=10)
 
 
@@ -164,9 +169,9 @@ async def test_silent_listener_is_detected_by_its_round_trip_and_replaced(
         # What a transaction-mode pooler does: the session looks fine but hears nothing.
         await worker.listener.connection.execute(f"UNLISTEN {CHANNEL}")
         with anyio.fail_after(WAIT):
-            [lost] = await worker.signals.wait_for_kind("listener_lost")
-            await worker.signals.wait_for_kind("listener_connected", 2)
-        assert "self-notification" in lost.data["reason"]
+            [lost] = await recorded(worker).wait_for_kind(events.ListenerLost)
+            await recorded(worker).wait_for_kind(events.ListenerConnected, 2)
+        assert "self-notification" in lost.reason
         enqueued = await enqueue(db, keys)
         with anyio.fail_after(WAIT):
             await completed(worker, 1)
@@ -180,11 +185,11 @@ async def test_malformed_payloads_are_ignored_and_listening_goes_on(
         for junk in ("not json", '{"v": 1, "ids": ["x"]}', '{"v": 9}', ""):
             await db.execute("SELECT pg_notify($1, $2)", CHANNEL, junk)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("malformed_payload", 4)
+            await recorded(worker).wait_for_kind(events.MalformedPayload, 4)
         await enqueue(db, keys)
         with anyio.fail_after(WAIT):
             await completed(worker, 1)
-    assert worker.signals.of("listener_lost") == []
+    assert recorded(worker).of(events.ListenerLost) == []
 
 
 async def test_transient_replies_are_retried_with_backoff_until_sent(
@@ -194,8 +199,8 @@ async def test_transient_replies_are_retried_with_backoff_until_sent(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "flaky@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "sent" for e in s.of(events.Completed))
             )
     attempts = await attempts_of(db, enqueued.outbox_id)
     assert [(a["attempt"], a["outcome"], a["smtp_code"]) for a in attempts] == [
@@ -244,8 +249,8 @@ async def test_retries_stop_at_max_attempts(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "busy@example.com", max_attempts=3)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "failed" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "failed" for e in s.of(events.Completed))
             )
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"]) == ("failed", 3)
@@ -259,8 +264,8 @@ async def test_unknown_outcome_is_retried_under_the_same_message_id(
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         enqueued = await enqueue(db, keys, "maybe@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
+            await recorded(worker).wait_for(
+                lambda s: any(e.status == "sent" for e in s.of(events.Completed))
             )
     copies = smtp_server.kept
     assert len(copies) == 2 and copies[0].message_id == copies[1].message_id
@@ -276,7 +281,7 @@ async def test_expired_verification_is_never_sent(
     await expire_verification(db, enqueued.outbox_id)
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("settled")
+            await recorded(worker).wait_for_kind(events.Settled)
     assert smtp_server.received == []
     assert (await outbox_row(db, enqueued.outbox_id))["status"] == "expired"
 
@@ -290,10 +295,10 @@ async def test_an_old_retry_that_comes_due_after_expiry_is_never_sent(
     ) as worker:
         enqueued = await enqueue(db, keys, "late@example.com")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("completed")
+            await recorded(worker).wait_for_kind(events.Completed)
         await expire_verification(db, enqueued.outbox_id)
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("settled")
+            await recorded(worker).wait_for_kind(events.Settled)
     assert smtp_server.received == []  # the 4xx came at RCPT: no body ever went out
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"]) == ("expired", 1)
@@ -308,21 +313,27 @@ async def test_superseded_verification_is_never_sent(
     )
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("settled")
+            await recorded(worker).wait_for_kind(events.Settled)
     assert smtp_server.received == []
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["last_outcome"]) == ("expired", "superseded")
 
 
-async def test_verification_expiring_between_claim_and_data_is_not_sent(
+async def test_link_too_close_to_expiry_at_data_is_not_sent(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
     hold = HoldAtRcpt()
     smtp_server.plan("edge@example.com", hold)
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
-        enqueued = await enqueue(db, keys, "edge@example.com")
-        await hold.wait_reached()  # claimed, envelope under way, body not yet sent
-        await expire_verification(db, enqueued.outbox_id)
+        enqueued = await enqueue(db, keys, "edge@example.com", ttl_seconds=3.0)
+        await hold.wait_reached()  # claimed while live, envelope under way, body not yet sent
+        left = await db.fetchval(
+            "SELECT extract(epoch FROM expires_at - now()) FROM notifier.verifications "
+            "WHERE id = $1",
+            enqueued.id,
+        )
+        # By the database's clock, less than the one-second margin is left at DATA.
+        await anyio.sleep(float(left) - 0.8)
         hold.release.set()
         with anyio.fail_after(WAIT):
             await completed(worker, 1)
@@ -331,35 +342,118 @@ async def test_verification_expiring_between_claim_and_data_is_not_sent(
     assert (row["status"], row["last_outcome"]) == ("expired", "expired")
 
 
+async def test_a_fresh_claim_superseded_during_its_envelope_still_sends_without_asking_again(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # The documented trade: between a fresh claim and DATA the SMTP connection never waits
+    # on the database, so a newer link requested in those milliseconds does not stop this
+    # one (its link then says "superseded"; the newer mail follows).
+    hold = HoldAtRcpt()
+    smtp_server.plan("fresh@example.com", hold)
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        enqueued = await enqueue(db, keys, "fresh@example.com")
+        await hold.wait_reached()
+        await db.execute(
+            "UPDATE notifier.verifications SET superseded_at = now() WHERE id = $1", enqueued.id
+        )
+        hold.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+    assert len(smtp_server.received) == 1
+    assert (await outbox_row(db, enqueued.outbox_id))["status"] == "sent"
+
+
+async def test_a_claim_that_waited_for_a_connection_is_checked_before_mail_from(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    first, later = HoldAtRcpt(), "later@example.com"
+    smtp_server.plan("first@example.com", first)
+    smtp = smtp_server.settings(pool_size=1)
+    # Two sends in flight over one connection: the second claim waits, and ages past a
+    # tenth of its two-second lease before it can start.
+    async with running_worker(database_url, keys, smtp, concurrency=2, lease_seconds=2.0) as worker:
+        await enqueue(db, keys, "first@example.com")
+        await first.wait_reached()
+        waiting = await enqueue(db, keys, later)
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Claimed)) == 2)
+        await db.execute(
+            "UPDATE notifier.verifications SET verified_at = now() WHERE id = $1", waiting.id
+        )
+        await anyio.sleep(0.3)
+        first.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 2)
+    assert [m.recipients for m in smtp_server.received] == [["first@example.com"]]
+    row = await outbox_row(db, waiting.outbox_id)
+    # Settled as sent: the person confirmed with an earlier email.
+    assert (row["status"], row["last_outcome"]) == ("sent", "verified")
+    [attempt] = await attempts_of(db, waiting.outbox_id)
+    assert attempt["body_sent"] is False
+
+
+async def test_a_claim_that_waited_and_is_still_live_is_sent_after_its_check(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    first = HoldAtRcpt()
+    smtp_server.plan("first@example.com", first)
+    smtp = smtp_server.settings(pool_size=1)
+    async with running_worker(database_url, keys, smtp, concurrency=2, lease_seconds=2.0) as worker:
+        await enqueue(db, keys, "first@example.com")
+        await first.wait_reached()
+        await enqueue(db, keys, "later@example.com")
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Claimed)) == 2)
+        await anyio.sleep(0.3)
+        first.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 2)
+    assert sorted(m.recipients[0] for m in smtp_server.received) == [
+        "first@example.com",
+        "later@example.com",
+    ]
+
+
+async def test_more_sends_in_flight_than_smtp_connections_is_warned_about(
+    database_url: str, keys: TokenKeys, smtp_server: SmtpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    smtp = smtp_server.settings(pool_size=2)
+    with caplog.at_level(logging.WARNING, logger="notifier.worker"):
+        async with running_worker(database_url, keys, smtp, concurrency=4):
+            pass
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "NOTIFIER_CONCURRENCY=4" in warning and "2 SMTP connections" in warning
+
+
 async def test_lease_renewal_keeps_a_slow_send_owned(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
     smtp_server.plan("slow@example.com", SlowData(3.0))  # three one-second leases long
     smtp = smtp_server.settings(data_timeout=10.0)
-    shared = Signals()
+    shared = Recorder()
     async with (
-        running_worker(database_url, keys, smtp, name="a", signals=shared, lease_seconds=1.0),
+        running_worker(database_url, keys, smtp, name="a", recorder=shared, lease_seconds=1.0),
         # Sweeping constantly, either would take the row the moment the other's lease ran out.
         running_worker(
             database_url,
             keys,
             smtp,
             name="b",
-            signals=shared,
+            recorder=shared,
             lease_seconds=1.0,
             sweep_interval=0.05,
         ),
     ):
         enqueued = await enqueue(db, keys, "slow@example.com")
         with anyio.fail_after(WAIT):
-            [done] = await shared.wait_for_kind("completed")
+            [done] = await shared.wait_for_kind(events.Completed)
     assert len(smtp_server.received) == 1
     attempts = await attempts_of(db, enqueued.outbox_id)
     assert [(r["outcome"], r["lease_held"], r["lease_owner"]) for r in attempts] == [
-        ("sent", True, done.data["owner"])
+        ("sent", True, done.owner)
     ]
-    assert [e.data["owner"] for e in shared.of("claimed")] == [done.data["owner"]]
-    assert shared.of("lease_lost") == []
+    assert [e.owner for e in shared.of(events.Claimed)] == [done.owner]
+    assert shared.of(events.LeaseLost) == []
 
 
 async def test_clean_shutdown_finishes_sends_in_flight_and_leaves_no_lease(
@@ -372,7 +466,7 @@ async def test_clean_shutdown_finishes_sends_in_flight_and_leaves_no_lease(
             for n in range(3):
                 await enqueue(db, keys, f"inflight{n}@example.com", user_id=f"u{n}")
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(lambda s: worker.in_flight == 3)
+            await recorded(worker).wait_for(lambda s: worker.in_flight == 3)
         worker.stop()
     assert await statuses(db) == Counter(sent=3)
     assert len(smtp_server.kept) == 3
@@ -390,7 +484,7 @@ async def test_shutdown_past_its_grace_releases_unsent_rows_uncounted(
         await hold.wait_reached()
         worker.stop()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for_kind("released")
+            await recorded(worker).wait_for_kind(events.Released)
     hold.release.set()
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
@@ -406,22 +500,30 @@ async def test_worker_that_lost_its_lease_before_the_body_abandons_the_send(
 ) -> None:
     hold = HoldAtRcpt()
     smtp_server.plan("lost@example.com", hold)
-    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+    async with running_worker(
+        database_url, keys, smtp_server.settings(), lease_seconds=1.0
+    ) as worker:
         enqueued = await enqueue(db, keys, "lost@example.com")
         await hold.wait_reached()
-        await expire_lease(db, enqueued.outbox_id)  # as if the worker had stalled that long
+        # As if the worker had stalled past its lease: the lease runs out, a rival takes the
+        # row, and the worker's next renewal finds it gone.
+        await expire_lease(db, enqueued.outbox_id)
+        rival = Leases(db, "test:rival", 30.0)
+        [taken] = await rival.claim_ids([enqueued.outbox_id], "sweep")
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for_kind(events.LeaseLost)
         hold.release.set()
         with anyio.fail_after(WAIT):
-            await worker.signals.wait_for(
-                lambda s: any(e.data["status"] == "sent" for e in s.of("completed"))
-            )
+            await recorded(worker).wait_for_kind(events.StaleCompletion)
+    assert smtp_server.received == []
     attempts = await attempts_of(db, enqueued.outbox_id)
-    # The first attempt stopped at the pre-DATA check; only the retry's body went out.
-    assert [(a["attempt"], a["outcome"], a["body_sent"]) for a in attempts] == [
-        (1, "lease_lost", False),
-        (2, "sent", True),
+    # The rival's claim recorded the expired lease; the worker's own ending changed nothing.
+    assert [(a["outcome"], a["body_sent"], a["lease_held"]) for a in attempts] == [
+        ("lease_expired", False, True),
+        ("lease_lost", False, False),
     ]
-    assert len(smtp_server.received) == 1
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["lease_token"]) == ("sending", taken.lease_token)
 
 
 async def test_stale_worker_completion_changes_nothing_and_is_recorded(
@@ -429,22 +531,22 @@ async def test_stale_worker_completion_changes_nothing_and_is_recorded(
 ) -> None:
     smtp_server.plan("twice@example.com", SlowData(1.5))
     smtp = smtp_server.settings(data_timeout=10.0)
-    shared = Signals()
-    async with running_worker(database_url, keys, smtp, name="a", signals=shared) as a:
+    shared = Recorder()
+    async with running_worker(database_url, keys, smtp, name="a", recorder=shared) as a:
         enqueued = await enqueue(db, keys, "twice@example.com")
         with anyio.fail_after(WAIT):
             await smtp_server.wait_for(1)  # a's body is out; its reply is slow
         await expire_lease(db, enqueued.outbox_id)
         async with running_worker(
-            database_url, keys, smtp, name="b", signals=shared, sweep_interval=0.05
+            database_url, keys, smtp, name="b", recorder=shared, sweep_interval=0.05
         ) as b:
             with anyio.fail_after(WAIT):
                 await shared.wait_for(
-                    lambda s: bool(s.of("stale_completion")) and bool(s.of("completed"))
+                    lambda s: bool(s.of(events.StaleCompletion)) and bool(s.of(events.Completed))
                 )
-    [stale] = shared.of("stale_completion")
-    [done] = shared.of("completed")
-    assert (stale.data["outcome"], done.data["owner"]) == ("sent", b.owner)
+    [stale] = shared.of(events.StaleCompletion)
+    [done] = shared.of(events.Completed)
+    assert (stale.outcome, done.owner) == ("sent", b.owner)
     attempts = await attempts_of(db, enqueued.outbox_id)
     assert sorted((r["lease_owner"], r["outcome"], r["lease_held"]) for r in attempts) == sorted(
         [(a.owner, "lease_expired", True), (b.owner, "sent", True), (a.owner, "sent", False)]

@@ -27,7 +27,6 @@ def policy_for_tests(keys: TokenKeys, **overrides: Any) -> Policy:
     own = {k: v for k, v in overrides.items() if k not in limit_fields}
     defaults: dict[str, Any] = {
         "ttl_seconds": 3600.0,
-        "max_attempts": 5,
         "message_id_domain": MESSAGE_DOMAIN,
     }
     return Policy(

@@ -207,7 +207,7 @@ class SmtpServer:
             connect_timeout=2.0,
             command_timeout=2.0,
             data_timeout=2.0,
-            pool_size=2,
+            pool_size=8,  # as many as the test workers' sends in flight
             mail_from="notifier@example.com",
             message_id_domain="example.com",
         )

@@ -7,22 +7,22 @@ it): then they fail, so a machine like CI's can never skip them silently.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import anyio
 import pytest
 
+from tests.support import harness
 from tests.support.databases import create_database, create_template, drop_database
 from tests.support.topology import PgBouncer, PostgresServer, TopologyUnavailable, topology
 
-REQUIRE = "NOTIFIER_TEST_REQUIRE_TOPOLOGIES"
+REQUIRE = harness.REQUIRE_TOPOLOGIES
 
 
 def unavailable(exc: TopologyUnavailable) -> None:
     """Skip (a developer's machine without the packages) or fail (CI)."""
-    if os.environ.get(REQUIRE):
+    if harness.value(REQUIRE):
         pytest.fail(f"{exc} ({REQUIRE} is set)")
     pytest.skip(str(exc))
 

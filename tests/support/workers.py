@@ -9,13 +9,14 @@ from typing import Any
 
 import anyio
 
+from notifier import events
 from notifier.config import SmtpSettings, WorkerSettings
 from notifier.database import DEFAULT_STATEMENT_CACHE_SIZE, create_pool
 from notifier.mailer import SmtpTransport, Transport
 from notifier.messages import Templates
-from notifier.signals import Signals
 from notifier.tokens import TokenKeys
 from notifier.worker import Worker
+from tests.support.recorder import Recorder, recorded
 
 PUBLIC_URL = "http://verify.test"
 MAIL_FROM = "noreply@notifier.test"
@@ -48,7 +49,7 @@ async def running_worker(
     *,
     transport: Transport | None = None,
     name: str = "w1",
-    signals: Signals | None = None,
+    recorder: Recorder | None = None,
     pool_url: str | None = None,
     statement_cache_size: int = DEFAULT_STATEMENT_CACHE_SIZE,
     **overrides: Any,
@@ -69,7 +70,7 @@ async def running_worker(
         mail_from=MAIL_FROM,
         public_url=PUBLIC_URL,
         owner=f"test:{name}",
-        signals=signals or Signals(),
+        observer=recorder or Recorder(),
     )
     try:
         async with anyio.create_task_group() as tg:
@@ -77,8 +78,8 @@ async def running_worker(
                 await tg.start(worker.run)
                 # The start-up sweep has run, so what a test enqueues next is found by the
                 # path the test means (a notification, the poll), not by that first sweep.
-                await worker.signals.wait_for(
-                    lambda s: any(e.data.get("owner") == worker.owner for e in s.of("swept"))
+                await recorded(worker).wait_for(
+                    lambda s: any(e.owner == worker.owner for e in s.of(events.Swept))
                 )
             try:
                 yield worker

@@ -7,13 +7,16 @@ import secrets
 import pytest
 
 from notifier.config import (
+    GROUPS,
     DatabaseSettings,
     MessageSettings,
+    RequestSettings,
     SmtpSettings,
     TokenSettings,
     WorkerSettings,
 )
 from notifier.errors import ConfigError
+from notifier.settings_spec import specs
 
 
 def test_defaults_need_no_environment() -> None:
@@ -31,7 +34,6 @@ def test_defaults_need_no_environment() -> None:
         ("NOTIFIER_LEASE_SECONDS", "0"),
         ("NOTIFIER_CONCURRENCY", "0"),
         ("NOTIFIER_BATCH_SIZE", "1.5"),
-        ("NOTIFIER_MAX_ATTEMPTS", "1000"),
         ("NOTIFIER_RETRY_JITTER", "1"),
         ("NOTIFIER_RETRY_FACTOR", "0.5"),
         ("NOTIFIER_TRANSPORT", "pigeon"),
@@ -170,3 +172,39 @@ def test_invalid_database_setting_names_the_variable(variable: str, value: str) 
     with pytest.raises(ConfigError) as caught:
         DatabaseSettings.from_env({"NOTIFIER_DATABASE_URL": "postgresql://db/app", variable: value})
     assert caught.value.setting == variable
+
+
+def test_the_retry_ceiling_is_a_request_setting_not_read_by_the_worker_group() -> None:
+    # The API reads NOTIFIER_MAX_ATTEMPTS (stored on each new delivery) without reading the
+    # worker's settings, so a bad retry ceiling cannot stop the API.
+    with pytest.raises(ConfigError, match="NOTIFIER_MAX_ATTEMPTS"):
+        RequestSettings.from_env({"NOTIFIER_MAX_ATTEMPTS": "1000"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("NOTIFIER_API_PORT", "abc", "must be a whole number"),
+        ("NOTIFIER_SMTP_CONNECT_TIMEOUT", "soon", "must be a number"),
+    ],
+)
+def test_a_bad_value_is_explained_by_variable_value_and_what_is_expected(
+    variable: str, value: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_group_with({variable: value})
+    message = str(caught.value)
+    assert message.startswith(f"{variable}: {expected}") and repr(value) in message
+    assert "invalid literal" not in message and "could not convert" not in message
+
+
+def load_group_with(env: dict[str, str]) -> object:
+    for group in GROUPS:
+        if any(spec.name in env for _, spec in specs(group)):
+            return group.from_env(env)
+    raise AssertionError(f"no group declares {env}")
+
+
+def test_the_default_sends_in_flight_match_the_default_smtp_connections() -> None:
+    # More sends than connections would make claims wait for a connection while they age.
+    assert WorkerSettings.from_env({}).concurrency == SmtpSettings.from_env({}).pool_size

@@ -1,0 +1,198 @@
+"""What a running worker tells: one typed event per step that matters.
+
+The worker (and its listener) hand each event to an `Observer`. Production observers are
+the metrics (telemetry.WorkerMetrics), fanned out by `Events`, which keeps nothing; the
+test suite's Recorder keeps every event and lets a test await the one it needs instead of
+sleeping (River's test signals). Events are small frozen dataclasses, so mypy checks every
+field an observer reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from notifier.outcomes import AttemptOutcome, DeliveryStatus, Discovery, Fate
+
+# -- the worker's life --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStarted:
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStopped:
+    owner: str
+
+
+# -- finding and claiming work ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A row this worker now holds under a lease."""
+
+    owner: str
+    id: int
+    discovered_by: Discovery
+    attempt: int
+    # Seconds from the notification (or timer) naming it to its claim; None for a sweep.
+    waited: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    owner: str
+    reason: Discovery
+    claimed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A row the claim settled on the spot without sending (expired, superseded, ...)."""
+
+    id: int
+    fate: Fate
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFailed:
+    error: str
+
+
+# -- sending and completing --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """An attempt recorded while its lease was held: the row's new status."""
+
+    owner: str
+    id: int
+    outcome: AttemptOutcome
+    status: DeliveryStatus | None
+    attempt: int
+    smtp_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StaleCompletion:
+    """An attempt that found its lease gone: recorded, and changed nothing."""
+
+    id: int
+    outcome: AttemptOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionFailed:
+    """An attempt's result that could not be recorded (its lease will expire)."""
+
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A row handed back at shutdown before anything was sent."""
+
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLost:
+    id: int
+    body_sent: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigurationProblem:
+    """A delivery refused for our side's reasons (sender refused, policy, content)."""
+
+    id: int
+    code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTokenKey:
+    """A link made with a secret this worker lacks (retried until it expires)."""
+
+    id: int
+    key_id: str
+
+
+# -- the LISTEN connection --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConnected:
+    pid: int
+    server: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConnectFailed:
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLost:
+    reason: str
+    # Whether it had heard anything (a listener behind a transaction pooler hears nothing).
+    heard: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerChecked:
+    """A self-notification round trip came back."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerCheckSkipped:
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedPayload:
+    pid: int
+
+
+WorkerEvent = (
+    WorkerStarted
+    | WorkerStopped
+    | Claimed
+    | Swept
+    | Settled
+    | ClaimFailed
+    | Completed
+    | StaleCompletion
+    | CompletionFailed
+    | Released
+    | LeaseLost
+    | ConfigurationProblem
+    | UnknownTokenKey
+    | ListenerConnected
+    | ListenerConnectFailed
+    | ListenerLost
+    | ListenerChecked
+    | ListenerCheckSkipped
+    | MalformedPayload
+)
+
+
+class Observer(Protocol):
+    """Something told of each event as it happens. `notice` is synchronous and must be
+    cheap: it runs inside the worker's event loop, asyncpg's notification callbacks too."""
+
+    def notice(self, event: WorkerEvent) -> None: ...
+
+
+class Events:
+    """Tells every observer of each event, at once, and keeps nothing."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self._observers = list(observers)
+
+    def notice(self, event: WorkerEvent) -> None:
+        for observer in self._observers:
+            observer.notice(event)
