@@ -6,8 +6,13 @@ form). A route that declares nothing cannot be built, so a new route cannot be f
 
 A caller proves itself with `Authorization: Bearer <key>`, or, in a browser, with the
 session cookie that signing in with a key sets. The session names the key, so revoking
-the key ends its sessions too (within apikeys.CACHE_SECONDS). Sessions authenticate only
-reads: a form that changes something must carry a bearer key or a CSRF token.
+the key ends its sessions too (within apikeys.CACHE_SECONDS). A request a session makes
+that could change something (any method but GET and HEAD) must come from this site and
+carry the CSRF token the page's form was given (`Sessions.csrf_token`); a bearer key needs
+neither, since no other site can make a browser send it.
+
+A browser (a request accepting text/html) is refused with a page, not JSON: the sign-in
+form when it is not signed in or its key lacks the scope, so it can sign in where it is.
 """
 
 from __future__ import annotations
@@ -15,15 +20,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal
+from urllib.parse import quote
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from notifier import pages
 from notifier.apikeys import Principal
 from notifier.apikeys import Scope as KeyScope
 from notifier.database import UNREACHABLE_MIDWAY
-from notifier.responses import error
+from notifier.responses import error, html
 from notifier.tokens import TokenKeys
 
 Access = KeyScope | Literal["open"]
@@ -33,6 +40,12 @@ SESSION_COOKIE = "notifier_session"
 # How long a browser session lasts after signing in, seconds.
 SESSION_SECONDS = 8 * 3600
 _SESSION_CONTEXT = b"notifier.console-session.v1"
+_CSRF_CONTEXT = b"notifier.console-csrf.v1"
+# Where a page's form puts its CSRF token, or where a script would (the console has none).
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+# Where a browser goes after signing in when the sign-in link names nowhere else.
+HOME_PATH = "/console"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _STATE_PRINCIPAL = "principal"
 _STATE_VIA = "auth_via"
@@ -73,21 +86,15 @@ class ScopedRoute(APIRoute):
 
         async def guarded(request: Request) -> Response:
             principal = principal_of(request.scope)
-            via = (request.scope.get("state") or {}).get(_STATE_VIA)
             if principal is None:
-                return unauthorized()
-            if via == "session" and request.method not in _SAFE_METHODS:
-                # A browser sends the cookie with any form another site makes it post.
-                return unauthorized("a signed-in browser may only read; send a bearer key")
+                return _refuse_unknown(request)
             if not principal.may(needed):
-                return error(
-                    403,
-                    "forbidden",
-                    f"this API key lacks the {needed!r} scope",
-                    headers={
-                        "WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{needed}"'
-                    },
-                )
+                return _refuse_scope(request, principal, needed)
+            via = (request.scope.get("state") or {}).get(_STATE_VIA)
+            # A browser sends the cookie with any form another site makes it post.
+            unsafe = via == "session" and request.method not in _SAFE_METHODS
+            if unsafe and not await _csrf_checked(request):
+                return _refuse_forgery(request)
             return await handler(request)
 
         return guarded
@@ -116,6 +123,99 @@ def unauthorized(message: str | None = None) -> Response:
     )
 
 
+def wants_html(request: Request) -> bool:
+    """Whether the caller is a browser navigating (scripts and API clients ask for JSON or
+    anything, and get the JSON errors the API documents)."""
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _return_path(request: Request) -> str:
+    """Where to come back to after signing in: this page, or the console after a form."""
+    if request.method not in _SAFE_METHODS:
+        return HOME_PATH
+    query = request.url.query
+    return local_path(request.url.path + (f"?{query}" if query else ""))
+
+
+def _refuse_unknown(request: Request) -> Response:
+    if not wants_html(request):
+        return unauthorized()
+    page = sign_in_response(_return_path(request), None, 401)
+    page.headers["WWW-Authenticate"] = 'Bearer realm="notifier"'
+    return page
+
+
+def _refuse_scope(request: Request, principal: Principal, needed: Access) -> Response:
+    challenge = {"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{needed}"'}
+    if not wants_html(request):
+        return error(
+            403, "forbidden", f"this API key lacks the {needed!r} scope", headers=challenge
+        )
+    problem = (
+        f"The key you signed in with ({principal.name}) lacks the “{needed}” scope this page "
+        "needs. Sign in with a key that has it."
+    )
+    page = sign_in_response(_return_path(request), problem, 403)
+    page.headers.update(challenge)
+    return page
+
+
+def _refuse_forgery(request: Request) -> Response:
+    if not wants_html(request):
+        return error(
+            403,
+            "csrf_failed",
+            "a signed-in browser's form must come from this site with its page's CSRF token; "
+            "reload the page, or send a bearer key",
+        )
+    return html(pages.stale_form_page(), 403)
+
+
+async def _csrf_checked(request: Request) -> bool:
+    """Whether a session's unsafe request comes from one of our pages: this site (as the
+    browser tells), with the token that page's form was given for this very session."""
+    if not same_site(request.headers):
+        return False
+    token = request.headers.get(CSRF_HEADER)
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if token is None and media_type in _FORM_TYPES:
+        field = (await request.form()).get(CSRF_FIELD)
+        token = field if isinstance(field, str) else None
+    # The cookie Authentication read, not another copy a neighbouring site may have set.
+    cookie = _cookie(request.scope, SESSION_COOKIE)
+    sessions: Sessions = request.app.state.services.sessions
+    return token is not None and cookie is not None and sessions.csrf_valid(cookie, token)
+
+
+_FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+def csrf_token_of(request: Request) -> str:
+    """The CSRF token this request's pages put in their forms: "" unless it came with a
+    session (a bearer key's requests need none)."""
+    if (request.scope.get("state") or {}).get(_STATE_VIA) != "session":
+        return ""
+    cookie = _cookie(request.scope, SESSION_COOKIE)
+    sessions: Sessions = request.app.state.services.sessions
+    return "" if cookie is None else sessions.csrf_token(cookie)
+
+
+def sign_in_response(next_path: str, problem: str | None = None, status: int = 200) -> Response:
+    """The sign-in form, coming back to `next_path` (a local path) once signed in."""
+    # same-origin, not no-referrer: a browser posting from a no-referrer page sends
+    # "Origin: null", and the form must be able to say where it comes from.
+    page = html(pages.sign_in_page(next_path, problem), status)
+    page.headers["Referrer-Policy"] = "same-origin"
+    return page
+
+
+def local_path(target: str, default: str = HOME_PATH) -> str:
+    """Only a path on this site: a sign-in link must not redirect anywhere else."""
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return default
+    return quote(target, safe="/?=&-_.~%")
+
+
 class Sessions:
     """Signed, expiring cookies naming the key a browser signed in with."""
 
@@ -131,7 +231,8 @@ class Sessions:
     def opened(self, cookie: str, now: float | None = None) -> tuple[str, float] | None:
         """The key a cookie names and when it was issued, if it is ours and unexpired."""
         parts = cookie.split(".")
-        if len(parts) != 4 or not parts[1].isdigit():
+        # ASCII only: HMAC comparison refuses other text, and no cookie of ours has any.
+        if not cookie.isascii() or len(parts) != 4 or not parts[1].isdigit():
             return None
         key_id, issued_ms, kid, mac = parts
         issued = int(issued_ms) / 1000
@@ -140,6 +241,17 @@ class Sessions:
         if not self.keys.verify(_SESSION_CONTEXT, f"{key_id}.{issued_ms}".encode(), f"{kid}.{mac}"):
             return None
         return key_id, issued
+
+    def csrf_token(self, cookie: str) -> str:
+        """The token a page's forms carry for the session `cookie`: a MAC of the cookie, so
+        another site can neither read nor forge it, and it ends with the session."""
+        return self.keys.sign(_CSRF_CONTEXT, cookie.encode())
+
+    def csrf_valid(self, cookie: str, token: str) -> bool:
+        """Whether `token` is `csrf_token(cookie)` under any configured secret."""
+        if not token.isascii() or not cookie.isascii():
+            return False
+        return self.keys.verify(_CSRF_CONTEXT, cookie.encode(), token)
 
     def key_id(self, cookie: str, now: float | None = None) -> str | None:
         """The key a cookie names, if it is ours and unexpired."""

@@ -1,4 +1,5 @@
-"""The internal HTTP API: request verifications, read their delivery, scrape metrics, docs.
+"""The internal HTTP API: request verifications, read their delivery, scrape metrics, docs,
+and the delivery console (notifier.console).
 
 It listens on NOTIFIER_API_HOST/PORT, which must never face the internet: every route but
 the probes and the sign-in form needs an API key with the route's scope (notifier.access).
@@ -11,23 +12,25 @@ import time
 import uuid
 from importlib import resources
 from typing import Annotated, Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Header, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from notifier import pages, suppressions
+from notifier import suppressions
 from notifier.access import (
+    HOME_PATH,
     SECURITY_SCHEME,
     SESSION_COOKIE,
     SESSION_SECONDS,
     Authentication,
     ScopedRoute,
     access,
+    local_path,
     principal_of,
     same_site,
+    sign_in_response,
     trusted_caller,
 )
 from notifier.api_models import (
@@ -39,9 +42,10 @@ from notifier.api_models import (
     VerificationIn,
     VerificationStatus,
 )
+from notifier.console import TRACE_URL_STATE, console, home
 from notifier.queries import sql
 from notifier.redact import redact_email
-from notifier.responses import OrjsonResponse, html
+from notifier.responses import OrjsonResponse
 from notifier.telemetry import ServerSpans
 from notifier.verifications import VerificationResult, request_verification
 from notifier.version import __version__
@@ -72,8 +76,15 @@ def create_internal_app(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_timeout: float = BODY_TIMEOUT_SECONDS,
+    trace_url: str | None = None,
+    with_home: bool = True,
 ) -> FastAPI:
-    """The internal ASGI app over shared `services` (whose pool the caller owns)."""
+    """The internal ASGI app over shared `services` (whose pool the caller owns).
+
+    `trace_url`: where the console links trace ids (NOTIFIER_TRACE_URL_TEMPLATE).
+    `with_home`: `/` leads to the console (False: the caller serves `/`, as `notifier dev`
+    does).
+    """
     app = FastAPI(
         title="notifier",
         version=__version__,
@@ -91,14 +102,18 @@ def create_internal_app(
     )
     app.router.route_class = ScopedRoute
     app.state.services = services
+    setattr(app.state, TRACE_URL_STATE, trace_url)
     # Outermost first: who is calling, then their span (continuing their trace only if they
     # proved who they are), then the body's bounds.
     app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
     app.add_middleware(ServerSpans, trust_incoming=trusted_caller)
     app.add_middleware(Authentication)
     install_error_handlers(app)
-    for router in (verifications, suppression_routes, operations, sign_in_routes, probes):
+    for router in (verifications, suppression_routes, operations, sign_in_routes, console):
         app.include_router(router)
+    if with_home:
+        app.include_router(home)
+    app.include_router(probes)
     return app
 
 
@@ -316,8 +331,8 @@ sign_in_routes = APIRouter(route_class=ScopedRoute)
 
 
 @sign_in_routes.get("/sign-in", include_in_schema=False, **access("open"))
-async def sign_in_form(next: str = "/docs") -> Response:
-    return _sign_in_page(_local_path(next))
+async def sign_in_form(next: str = HOME_PATH) -> Response:
+    return sign_in_response(local_path(next))
 
 
 @sign_in_routes.post("/sign-in", include_in_schema=False, **access("open"))
@@ -325,14 +340,14 @@ async def sign_in(
     request: Request,
     svc: Svc,
     key: Annotated[str, Form(max_length=200)] = "",
-    next: Annotated[str, Form(max_length=2000)] = "/docs",
+    next: Annotated[str, Form(max_length=2000)] = HOME_PATH,
 ) -> Response:
     if not same_site(request.headers):
-        return _sign_in_page(_local_path(next), "Sign in from this site.", 403)
+        return sign_in_response(local_path(next), "Sign in from this site.", 403)
     principal = await svc.keyring.authenticate(key)
     if principal is None:
-        return _sign_in_page(_local_path(next), "That key is not valid.", 401)
-    response = RedirectResponse(_local_path(next), status_code=303)
+        return sign_in_response(local_path(next), "That key is not valid.", 401)
+    response = RedirectResponse(local_path(next), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
         svc.sessions.issue(principal.key_id),
@@ -353,18 +368,3 @@ async def sign_out(request: Request, svc: Svc) -> Response:
     response = RedirectResponse("/sign-in", status_code=303)
     response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
     return response
-
-
-def _sign_in_page(next_path: str, problem: str | None = None, status: int = 200) -> Response:
-    # same-origin, not no-referrer: a browser posting from a no-referrer page sends
-    # "Origin: null", and the form must be able to say where it comes from.
-    page = html(pages.sign_in_page(next_path, problem), status)
-    page.headers["Referrer-Policy"] = "same-origin"
-    return page
-
-
-def _local_path(target: str) -> str:
-    """Only a path on this site: a sign-in link must not redirect anywhere else."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/docs"
-    return quote(target, safe="/?=&-_.~%")

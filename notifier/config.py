@@ -94,6 +94,19 @@ def _http_url(raw: str) -> str:
     return raw.rstrip("/")
 
 
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+
+
+def _trace_url_template(raw: str) -> str | None:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    rest = raw.replace(TRACE_ID_PLACEHOLDER, "", 1)
+    if TRACE_ID_PLACEHOLDER not in raw or "{" in rest or "}" in rest:
+        raise ValueError(f"must hold {TRACE_ID_PLACEHOLDER} once, where the trace id goes")
+    return raw
+
+
 def _address(raw: str) -> str:
     # The sender address is operator configuration, checked for shape only; recipient
     # addresses are validated properly where requests come in.
@@ -581,7 +594,8 @@ class ApiSettings(Group):
         "NOTIFIER_API_HOST",
         _text,
         "127.0.0.1",
-        "The internal API's address (/v1/*, /metrics, /docs; keys required). Never public.",
+        "The internal API's address (/v1/*, /metrics, /docs, /console; keys required). "
+        "Never public.",
     )
     port: int = setting("NOTIFIER_API_PORT", _integer(1, 65535), 8000, "Its port.")
     public_host: str = setting(
@@ -626,6 +640,14 @@ class ApiSettings(Group):
         _integer(1, 1_000_000),
         1000,
         "Connections plus requests in progress per listener; beyond it, 503 at once.",
+    )
+    trace_url_template: str | None = setting(
+        "NOTIFIER_TRACE_URL_TEMPLATE",
+        _trace_url_template,
+        None,
+        "Where the console links a delivery's trace id, with {trace_id} once in its place "
+        "(Jaeger: http://jaeger:16686/trace/{trace_id}). Unset: the trace id without a link.",
+        default_text="unset",
     )
 
     def check(self) -> None:

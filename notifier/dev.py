@@ -139,7 +139,8 @@ async def run_dev(
         internal = listeners[0].url
         print(
             f"notifier dev: API {internal} (key {key}) · links {tokens.public_url} · "
-            f"inbox {internal}/dev/inbox · database {shown_database} · Ctrl-C to stop",
+            f"inbox {internal}/dev/inbox · console {internal}/console · "
+            f"database {shown_database} · Ctrl-C to stop",
             flush=True,
         )
 

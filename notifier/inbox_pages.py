@@ -46,6 +46,7 @@ def _page(title: str, main: str, *, current: str = "", script: bool = False) -> 
         '<header class=top><nav aria-label="notifier dev">'
         '<a class=brand href="/">notifier <span>dev</span></a>'
         + nav_link("/dev/inbox", "Inbox")
+        + nav_link("/console", "Console")
         + nav_link("/docs", "API docs")
         + f"</nav></header><main id=main>{main}</main></body></html>"
     )
@@ -86,6 +87,9 @@ def landing_page(base_url: str, messages: int, key_file: Path) -> str:
         '<li><a href="/dev/inbox"><strong>Inbox</strong>'
         f"<span>{_count(messages)}: every email notifier sent, as the reader sees it"
         "</span></a></li>"
+        '<li><a href="/console"><strong>Console</strong>'
+        "<span>Queue health, each delivery's attempts, suppressions (sign in with the dev "
+        "API key)</span></a></li>"
         '<li><a href="/docs"><strong>API docs</strong>'
         "<span>Every endpoint, to try from the browser (sign in with the dev API key "
         "that <code>notifier dev</code> printed)</span></a></li>"
@@ -103,6 +107,9 @@ def landing_page(base_url: str, messages: int, key_file: Path) -> str:
         "<code>verified</code>.</p>"
         f"<pre class=command><code>curl -s -H &quot;{key}&quot; \\\n"
         f"  {base}/v1/verifications/&lt;id&gt;</code></pre></li>"
+        '<li><p>Or look it up in the <a href="/console/deliveries">console</a> by '
+        "<code>ada@example.com</code>: its attempt, who claimed it and what the mail server "
+        "said.</p></li>"
         "</ol>",
     )
 

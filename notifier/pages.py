@@ -25,6 +25,10 @@ max-width:28rem;text-align:center}
 h1{font-size:1.4rem;margin:0 0 .75rem}p{line-height:1.5;color:#4a5263}
 button{font:inherit;font-weight:600;background:#2f6fed;color:#fff;border:0;border-radius:8px;
 padding:.7rem 1.6rem;cursor:pointer}button:hover{background:#2459c4}
+label{font-weight:600;color:#1d2330}
+input[type=password]{font:inherit;width:100%;box-sizing:border-box;margin-top:.3rem;
+padding:.55rem .75rem;border:1px solid #4a5263;border-radius:8px}
+:focus-visible{outline:3px solid #2459c4;outline-offset:2px}
 """
 
 
@@ -114,6 +118,17 @@ def too_old_page() -> str:
         "Link too old",
         "<h1 id=outcome data-outcome=too_old>This link is too old</h1>"
         "<p>It can no longer be renewed. Please start again from the app.</p>",
+    )
+
+
+def stale_form_page() -> str:
+    """A signed-in browser's form that came without its page's CSRF token, or from
+    another site: nothing was done."""
+    return _page(
+        "Form refused",
+        "<h1>This form was refused</h1>"
+        "<p role=alert>Nothing was changed: the form came from another site, or from a page "
+        "opened before you last signed in. Go back, reload the page and try again.</p>",
     )
 
 

@@ -67,7 +67,8 @@ WHERE v.id = $1;
 -- name: verification_attempts
 -- $1: verification id. The attempt timeline, oldest first.
 SELECT a.attempt, a.lease_owner, a.discovered_by, a.outcome, a.smtp_code, a.detail,
-       a.provider_message_id, a.body_sent, a.lease_held, a.duration_ms, a.finished_at
+       a.provider_message_id, a.body_sent, a.lease_held, a.duration_ms, a.claimed_at,
+       a.finished_at
 FROM notifier.delivery_attempts a
 JOIN notifier.email_outbox o ON o.id = a.outbox_id
 WHERE o.verification_id = $1
@@ -384,6 +385,111 @@ FROM notifier.email_outbox
 WHERE completed_at > now() - make_interval(secs => $1)
 GROUP BY status
 ORDER BY 1, 2;
+
+-- name: console_series
+-- $1: minutes. Deliveries finished per minute over the last $1 minutes (this one included),
+-- sent and failed, oldest first, with every minute present. Served by the index on
+-- completed_at: a page view reads the hour's finished rows, not the table.
+WITH minutes AS (
+    SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => $1 - 1),
+                           date_trunc('minute', now()), interval '1 minute') AS minute
+), finished AS (
+    SELECT date_trunc('minute', completed_at) AS minute,
+           count(*) FILTER (WHERE status = 'sent') AS sent,
+           count(*) FILTER (WHERE status = 'failed') AS failed
+    FROM notifier.email_outbox
+    WHERE completed_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1)
+    GROUP BY 1
+)
+SELECT m.minute, coalesce(f.sent, 0)::integer AS sent, coalesce(f.failed, 0)::integer AS failed
+FROM minutes m
+LEFT JOIN finished f ON f.minute = m.minute
+ORDER BY m.minute;
+
+-- name: console_attempt_counts
+-- $1: window (seconds). Attempts that finished in the window, by outcome and by how their
+-- claim found the row (what `delivery_stats` counts), reached through their deliveries'
+-- indexes rather than by reading every attempt kept for the retention period.
+WITH recent_rows AS (
+    -- The deliveries an attempt in the window can belong to: an attempt is recorded no
+    -- later than the completion of its delivery, so its delivery either finished in the
+    -- window or has not finished. (A stale worker's lease_lost report that arrives after
+    -- its row finished before the window is the one attempt missed.) One arm per index.
+    SELECT id FROM notifier.email_outbox
+    WHERE completed_at > now() - make_interval(secs => $1)
+    UNION ALL
+    SELECT id FROM notifier.email_outbox WHERE status = 'pending'
+    UNION ALL
+    SELECT id FROM notifier.email_outbox WHERE status = 'sending'
+), recent AS (
+    SELECT a.outcome, a.discovered_by
+    FROM recent_rows r
+    JOIN notifier.delivery_attempts a ON a.outbox_id = r.id
+    WHERE a.finished_at > now() - make_interval(secs => $1)
+)
+SELECT 'outcome' AS kind, outcome AS name, count(*)::integer AS count
+FROM recent
+GROUP BY outcome
+UNION ALL
+SELECT 'discovered_by', coalesce(discovered_by, 'unknown'), count(*)::integer
+FROM recent
+WHERE outcome <> 'released'
+GROUP BY discovered_by
+ORDER BY 1, 2;
+
+-- name: console_deliveries_by_mailbox
+-- $1: canonical mailbox, $2: most rows. A mailbox's deliveries, newest first (by the
+-- mailbox index). Scrubbed rows hold a redacted mailbox and are not found.
+SELECT v.id, v.email, v.purpose, v.created_at, v.verified_at, v.superseded_at,
+       o.status, o.attempts, o.completed_at
+FROM notifier.verifications v
+JOIN notifier.email_outbox o ON o.verification_id = v.id
+WHERE v.mailbox = $1
+ORDER BY v.created_at DESC
+LIMIT $2;
+
+-- name: console_delivery
+-- $1: verification id. Everything the console shows of one delivery, and what resending it
+-- needs; never the token or its hash.
+SELECT v.id, v.user_id, v.email, v.mailbox, v.purpose, v.locale, v.client_id, v.created_at,
+       v.expires_at, v.verified_at, v.superseded_at, v.scrubbed_at,
+       o.status, o.attempts, o.max_attempts, o.unknown_outcomes, o.next_attempt_at,
+       o.last_outcome, o.last_error, o.completed_at, o.message_id, o.traceparent
+FROM notifier.verifications v
+JOIN notifier.email_outbox o ON o.verification_id = v.id
+WHERE v.id = $1;
+
+-- name: console_resent
+-- $1: idempotency key, $2: client id. The verification a console resend with this key by
+-- this client already made (by the unique index on client and key), or no row.
+SELECT id FROM notifier.verifications
+WHERE coalesce(client_id, '') = coalesce($2, '') AND idempotency_key = $1;
+
+-- name: console_superseded_by
+-- $1: verification id. The newest later verification for the same user, address and
+-- purpose (what superseded this one), or no row.
+SELECT later.id
+FROM notifier.verifications v
+JOIN notifier.verifications later
+  ON later.user_id = v.user_id AND later.email = v.email AND later.purpose = v.purpose
+ AND later.created_at >= v.created_at AND later.id <> v.id
+WHERE v.id = $1
+ORDER BY later.created_at DESC
+LIMIT 1;
+
+-- name: console_suppression
+-- $1: canonical mailbox. Its suppression now in force, or no row.
+SELECT email, reason, smtp_code, suppressed_at, expires_at
+FROM notifier.suppressed_addresses
+WHERE email = $1 AND (expires_at IS NULL OR expires_at > now());
+
+-- name: console_suppressions
+-- $1: most rows. Suppressions in force, newest first, each with how many there are in all.
+SELECT email, reason, smtp_code, suppressed_at, expires_at, count(*) OVER () AS total
+FROM notifier.suppressed_addresses
+WHERE expires_at IS NULL OR expires_at > now()
+ORDER BY suppressed_at DESC
+LIMIT $1;
 
 -- name: scrub_finished
 -- $1: age (seconds), $2: batch size. Verifications whose delivery finished more than $1

@@ -136,7 +136,14 @@ def http_listeners(
     `hosts`: the only Host names they answer (others get 400), or None for any.
     """
     limit, timeout = settings.max_body_bytes, settings.body_timeout
-    internal = create_internal_app(services, max_body_bytes=limit, body_timeout=timeout)
+    internal = create_internal_app(
+        services,
+        max_body_bytes=limit,
+        body_timeout=timeout,
+        trace_url=settings.trace_url_template,
+        # Extra routes (dev's inbox) bring their own `/`.
+        with_home=internal_routes is None,
+    )
     if internal_routes is not None:
         internal_routes(internal)
     public = create_public_app(services, max_body_bytes=limit, body_timeout=timeout)

@@ -35,7 +35,7 @@ async def live_inbox(page: Page, dev_url: str, path: str = "/dev/inbox") -> None
     await expect(page.locator("#messages")).to_have_attribute("data-live", "true")
 
 
-async def test_root_is_a_landing_page_linking_the_inbox_the_docs_and_the_walk(
+async def test_root_is_a_landing_page_linking_the_inbox_the_console_the_docs_and_the_walk(
     api: httpx.AsyncClient, dev_url: str, page: Page
 ) -> None:
     response = await api.get("/")
@@ -44,7 +44,12 @@ async def test_root_is_a_landing_page_linking_the_inbox_the_docs_and_the_walk(
     await page.goto(dev_url + "/")
     await expect(page.get_by_role("heading", level=1)).to_have_text("notifier dev is running")
     cards = page.get_by_role("list", name="Where to go")
-    for name, href in (("Inbox", "/dev/inbox"), ("API docs", "/docs"), ("Walk", "#walk")):
+    for name, href in (
+        ("Inbox", "/dev/inbox"),
+        ("Console", "/console"),
+        ("API docs", "/docs"),
+        ("Walk", "#walk"),
+    ):
         await expect(cards.get_by_role("link", name=name)).to_have_attribute("href", href)
     await cards.get_by_role("link", name="Inbox").click()
     await expect(page).to_have_url(dev_url + "/dev/inbox")

@@ -1,8 +1,10 @@
 """Screenshots of what people see: the email's HTML part at 600 and 390 px, and the dev pages
-at 1280 and 390 px, each in light and dark. They are written to $NOTIFIER_SCREENSHOTS (or a
-temporary folder), which the test prints; docs/screenshots/ holds the email's, made so:
+and the console at 1280 and 390 px, each in light and dark. They are written to
+$NOTIFIER_SCREENSHOTS (or a temporary folder), which the test prints; docs/screenshots/ holds
+the email's and the console's, made so:
 
     NOTIFIER_SCREENSHOTS=docs/screenshots pytest tests/acceptance/test_screenshots.py -k email
+    NOTIFIER_SCREENSHOTS=docs/screenshots pytest tests/acceptance/test_screenshots.py -k console
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from playwright.async_api import Browser, Page
 from notifier.messages import Templates
 from tests.support import harness
 from tests.support.browser import WAIT_SECONDS, inbox_holding, request_verification
+from tests.support.console_stack import ConsoleStack, console_paths, signed_in_page
 from tests.support.looks import horizontal_overflow, low_contrast
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
@@ -127,4 +130,23 @@ async def test_dev_page_screenshots_at_1280_and_390_px(
                 file = shots / f"dev-{name}-{width}-{scheme}.png"
                 await page.screenshot(path=file, full_page=True)
                 assert file.stat().st_size > 5_000
+            await page.context.close()
+
+
+async def test_console_page_screenshots_at_1280_and_390_px(
+    browser: Browser, stack: ConsoleStack, shots: Path
+) -> None:
+    for width in (1280, 390):
+        for scheme in SCHEMES:
+            signed_out = await shoot(browser, width, scheme, height=800)
+            await signed_out.goto(stack.url + "/console")
+            await signed_out.screenshot(path=shots / f"console-sign-in-{width}-{scheme}.png")
+            await signed_out.context.close()
+            page = await signed_in_page(browser, stack, width, scheme)
+            for name, path in console_paths(stack).items():
+                await page.goto(stack.url + path)
+                file = shots / f"console-{name}-{width}-{scheme}.png"
+                await page.screenshot(path=file, full_page=True)
+                assert file.stat().st_size > 5_000
+                assert await horizontal_overflow(page) == 0, (name, width, scheme)
             await page.context.close()

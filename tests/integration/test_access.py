@@ -303,13 +303,15 @@ async def test_signing_in_sets_a_strict_http_only_session_cookie(
     assert "httponly" in cookie and "samesite=strict" in cookie
 
 
-async def test_a_session_reads_but_cannot_write(apps: Clients, db: asyncpg.Connection) -> None:
+async def test_a_session_reads_but_cannot_write_without_a_pages_csrf_token(
+    apps: Clients, db: asyncpg.Connection
+) -> None:
     await sign_in(apps, await make_key(db))
     assert (await apps.internal.get("/docs")).status_code == 200
     posted = await apps.internal.post(
         "/v1/verifications", json=REQUEST_BODY, headers={"Idempotency-Key": "csrf"}
     )
-    assert posted.status_code == 401
+    assert posted.status_code == 403 and posted.json()["error"]["code"] == "csrf_failed"
     assert await db.fetchval("SELECT count(*) FROM notifier.verifications") == 0
 
 
@@ -344,7 +346,7 @@ async def test_signing_in_never_redirects_to_another_site(
     apps: Clients, db: asyncpg.Connection, target: str
 ) -> None:
     response = await sign_in(apps, await make_key(db, ["read"]), target)
-    assert response.headers["Location"] == "/docs"
+    assert response.headers["Location"] == "/console"
 
 
 async def test_signing_in_from_another_site_is_refused(
