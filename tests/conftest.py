@@ -22,7 +22,12 @@ from tests.support.databases import (
     with_database,
 )
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.topologies", "tests.support.browser"]
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.topologies",
+    "tests.support.browser",
+    "tests.soak.options",
+]
 
 # Durability buys nothing in a throwaway test cluster and costs seconds per run.
 TEST_SERVER_SETTINGS = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from notifier.embedded import SERVER_USER
+from tests.support.ports import free_port
 
 # Where Debian puts each major version's binaries; the newest one with pg_basebackup is used.
 DEBIAN_BINARIES = Path("/usr/lib/postgresql")
@@ -81,13 +82,6 @@ def pgbouncer_path() -> Path:
         if candidate is not None and candidate.exists():
             return candidate
     raise TopologyUnavailable("pgbouncer is not installed (Debian's pgbouncer package; .ci/run)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def tcp_url(port: int, database: str, host: str = "127.0.0.1") -> str:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from benchmarks.soak.probe import Probe
-from benchmarks.soak.processes import ProcessFailed, Slot
-from benchmarks.soak.settings import SoakSettings
-from benchmarks.soak.topology import SoakDatabase
+from tests.soak.probe import Probe
+from tests.soak.processes import ProcessFailed, Slot
+from tests.soak.settings import SoakSettings
+from tests.soak.topology import SoakDatabase
 
 # A slot that fails to start (the database may be down) is tried again this many times,
 # this many seconds apart: what a process supervisor would do.
