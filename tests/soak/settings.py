@@ -121,6 +121,10 @@ class SoakSettings:
             "NOTIFIER_PUBLIC_URL": PUBLIC_URL,
             "NOTIFIER_MAIL_FROM": MAIL_FROM,
             "NOTIFIER_MAX_ATTEMPTS": str(self.max_attempts),
-            # Every verification has its own user and address; throttling is not under test.
+            # Every verification has its own user and address, all in one domain, from one
+            # client; throttling is not under test (0: no limit).
             "NOTIFIER_RESEND_LIMIT": "1000000",
+            "NOTIFIER_DOMAIN_LIMIT": "0",
+            "NOTIFIER_CLIENT_LIMIT": "0",
+            "NOTIFIER_GLOBAL_LIMIT": "0",
         }
