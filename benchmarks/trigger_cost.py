@@ -85,6 +85,7 @@ REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
             14: "NULL",
             15: "NULL",
             16: _EMAIL,
+            17: "NULL",
         },
     ),
     ("supersede_earlier", {1: _USER, 2: _EMAIL, 3: "'signup'", 4: _VERIFICATION_ID}),
