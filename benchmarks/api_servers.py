@@ -9,17 +9,17 @@ workers share.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.processes import Child, child_env, started
+from benchmarks.processes import Child, started
 from benchmarks.producer import MAIL_FROM, TOKEN_SECRET
-from benchmarks.sink import HOST, free_port
+from benchmarks.sink import HOST
 from benchmarks.workers import PROJECT_ROOT
+from tests.support.cli import NOTIFIER, cli_env
+from tests.support.ports import free_port
 
-NOTIFIER = [sys.executable, "-m", "notifier"]
 # What each logs (or prints) once its socket listens.
 API_READY_LINE = "public pages listening on"  # logged once both listeners listen
 DEV_READY_LINE = "notifier dev:"
@@ -32,7 +32,7 @@ class ApiServer:
 
 
 def _env(database_url: str, port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-    return child_env(
+    return cli_env(
         {
             "NOTIFIER_DATABASE_URL": database_url,
             "NOTIFIER_API_HOST": HOST,

@@ -1,10 +1,11 @@
 """The PostgreSQL a run measures: a throwaway cluster of its own, or NOTIFIER_DATABASE_URL's.
 
-Its own cluster comes from the machine's PostgreSQL binaries (with pg_stat_statements
-preloaded, so every statement the workers issue is counted), or from the embedded pgserver
-build when there are none. It listens on a Unix socket in its own directory only, keeps the
-durability defaults (fsync, synchronous_commit on: commit costs are part of what is
-measured), and is stopped and deleted when the run ends.
+Its own cluster is a server of tests/support/topology.py run from the machine's PostgreSQL
+binaries (with pg_stat_statements preloaded, so every statement the workers issue is
+counted), or from the embedded pgserver build when there are none. It listens on a Unix
+socket in its own directory only, keeps the durability defaults (fsync, synchronous_commit
+on: commit costs are part of what is measured), and is stopped and deleted when the run
+ends.
 
 Each run works in a database of its own on that server, migrated with the product's own
 migrations, and the workers log in as a role of their own, so their statements can be told
@@ -15,39 +16,32 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import secrets
 import shutil
 import subprocess
-import tempfile
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 
 from benchmarks import procstat
 from notifier import migrations
+from notifier.embedded import pg_bin
+from tests.support.databases import with_database
+from tests.support.topology import PostgresServer, TopologyUnavailable, postgres_bin_dir, topology
 
 log = logging.getLogger(__name__)
 
-# Where Debian puts each major version's binaries; the newest one present is used.
-DEBIAN_BINARIES = Path("/usr/lib/postgresql")
-# PostgreSQL refuses to run as root; as root, the cluster runs as this system user (the
-# one notifier's embedded server uses).
-SERVER_USER = "pgserver"
-# The port only names the socket file; the cluster opens no TCP port.
-PORT = 54329
-PG_CTL_TIMEOUT_SECONDS = 60
 CONNECT_TIMEOUT_SECONDS = 10.0
-# A sun_path holds 108 bytes and the server appends "/.s.PGSQL.<port>" to the directory.
-SOCKET_DIR_MAX_LENGTH = 90
-# Settings of the run's own cluster. Durability stays at its defaults on purpose.
+# Settings of the run's own cluster, over the test servers' (tests/support/topology.py):
+# durability back at PostgreSQL's defaults on purpose, since commit costs are measured.
 CLUSTER_SETTINGS = {
+    "fsync": "on",
+    "full_page_writes": "on",
     "max_connections": "200",
     "shared_buffers": "256MB",
     # Checkpoints in the middle of a measurement would be noise; the run is short.
@@ -96,31 +90,12 @@ class BenchDatabase:
     worker_role: str  # the role worker statements are attributed to
 
 
-def with_database(url: str, name: str, user: str | None = None) -> str:
-    """The same server URL with another database and, if given, another user."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if user is not None:
-        host = netloc.rpartition("@")[2]
-        netloc = f"{quote(user)}@{host}"
-    return urlunsplit(parts._replace(netloc=netloc, path="/" + name))
-
-
-def _debian_bin_dir() -> Path | None:
-    if not DEBIAN_BINARIES.is_dir():
-        return None
-    versions = [p for p in DEBIAN_BINARIES.iterdir() if p.name.isdigit()]
-    for version in sorted(versions, key=lambda p: int(p.name), reverse=True):
-        if (version / "bin" / "postgres").exists():
-            return version / "bin"
-    return None
-
-
-def _pgserver_bin_dir() -> Path:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from pgserver._commands import POSTGRES_BIN_PATH
-    return Path(POSTGRES_BIN_PATH)
+def _bin_dir() -> Path:
+    """Debian's newest PostgreSQL, else the embedded pgserver build."""
+    try:
+        return postgres_bin_dir()
+    except TopologyUnavailable:
+        return pg_bin()
 
 
 def _has_pg_stat_statements(bin_dir: Path) -> bool:
@@ -136,111 +111,15 @@ def _has_pg_stat_statements(bin_dir: Path) -> bool:
     return (Path(libdir) / "pg_stat_statements.so").exists()
 
 
-class OwnCluster:
-    """Owns a throwaway cluster in a temporary directory from start() to stop()."""
-
-    def __init__(self, bin_dir: Path, statements: bool) -> None:
-        self.bin_dir = bin_dir
-        self.statements = statements
-        self.settings = dict(CLUSTER_SETTINGS)
-        if statements:
-            self.settings.update(STATEMENT_SETTINGS)
-        self.root = Path(tempfile.mkdtemp(prefix="notifier-bench-pg-"))
-        self.pgdata = self.root / "pgdata"
-        self.socket_dir = self.root / "run"
-        self.log_file = self.root / "server.log"
-        self._run_as: str | None = None
-        self._started = False
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@/postgres?host={quote(str(self.socket_dir))}&port={PORT}"
-
-    def start(self) -> None:
-        if len(str(self.socket_dir)) > SOCKET_DIR_MAX_LENGTH:
-            raise RuntimeError(f"socket directory path too long: {self.socket_dir}")
-        # Its trust authentication is safe only because no other user can reach the socket:
-        # the directory is the server user's alone (root's clients pass anyway).
-        self.socket_dir.mkdir(mode=0o700)
-        self.pgdata.mkdir()
-        self.log_file.touch()
-        if os.geteuid() == 0:
-            self._prepare_user()
-        self._run(
-            [
-                str(self.bin_dir / "initdb"),
-                "-D",
-                str(self.pgdata),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-locale",
-            ]
-        )
-        options = [f"-k {self.socket_dir}", "-c listen_addresses=''", f"-p {PORT}"]
-        options += [f"-c {key}={value}" for key, value in self.settings.items()]
-        self._pg_ctl(["-w", "-l", str(self.log_file), "-o", " ".join(options), "start"])
-        self._started = True
-
-    def stop(self) -> None:
-        try:
-            if self._started:
-                self._pg_ctl(["-m", "immediate", "-w", "stop"])
-        finally:
-            self._started = False
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def _prepare_user(self) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from pgserver.utils import ensure_prefix_permissions, ensure_user_exists
-        entry = ensure_user_exists(SERVER_USER)
-        if entry is None:
-            raise RuntimeError(f"could not create the system user {SERVER_USER!r}")
-        ensure_prefix_permissions(self.pgdata)
-        ensure_prefix_permissions(self.bin_dir / "postgres")
-        for path in (self.pgdata, self.log_file, self.socket_dir):
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-        self.pgdata.chmod(0o700)
-        self._run_as = SERVER_USER
-
-    def _pg_ctl(self, args: list[str]) -> None:
-        self._run(
-            [
-                str(self.bin_dir / "pg_ctl"),
-                "-D",
-                str(self.pgdata),
-                "-t",
-                str(PG_CTL_TIMEOUT_SECONDS),
-                *args,
-            ]
-        )
-
-    def _run(self, argv: list[str]) -> None:
-        kwargs: dict[str, Any] = {"user": self._run_as} if self._run_as else {}
-        # A file, not a pipe: the server inherits the descriptors and would hold a pipe open.
-        with tempfile.TemporaryFile("w+") as output:
-            result = subprocess.run(
-                argv, stdout=output, stderr=subprocess.STDOUT, text=True, check=False, **kwargs
-            )
-            if result.returncode != 0:
-                output.seek(0)
-                tail = self.log_file.read_text(errors="replace").splitlines()[-15:]
-                raise RuntimeError(
-                    f"{' '.join(argv[:1])} failed:\n{output.read()}\n" + "\n".join(tail)
-                )
-
-
 @contextlib.contextmanager
-def own_cluster() -> Iterator[OwnCluster]:
-    bin_dir = _debian_bin_dir() or _pgserver_bin_dir()
-    cluster = OwnCluster(bin_dir, _has_pg_stat_statements(bin_dir))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
+def own_cluster() -> Iterator[PostgresServer]:
+    """A throwaway server on a Unix socket only, for as long as the block runs."""
+    bin_dir = _bin_dir()
+    settings = dict(CLUSTER_SETTINGS)
+    if _has_pg_stat_statements(bin_dir):
+        settings.update(STATEMENT_SETTINGS)
+    with topology(bin_dir=bin_dir) as owned:
+        yield owned.single(settings=settings, tcp=False)
 
 
 async def _describe(admin_url: str, kind: str, bin_dir: Path | None) -> Server:
@@ -294,7 +173,7 @@ async def open_server(url: str | None) -> AsyncIterator[Server]:
         yield await _describe(url, "NOTIFIER_DATABASE_URL", None)
         return
     with own_cluster() as cluster:
-        yield await _describe(cluster.url, "own cluster", cluster.bin_dir)
+        yield await _describe(cluster.url(), "own cluster", cluster.bin_dir)
 
 
 @contextlib.asynccontextmanager

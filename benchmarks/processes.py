@@ -7,7 +7,6 @@ are also kept, since the helper processes report their results there.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -17,6 +16,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from tests.support.cli import cli_env
+
 # Seconds a child may take to print its ready line.
 READY_TIMEOUT_SECONDS = 60.0
 # Seconds a child gets to exit after SIGTERM before it is killed.
@@ -25,17 +26,6 @@ STOP_TIMEOUT_SECONDS = 30.0
 
 class ChildFailed(RuntimeError):
     """A child exited, or never said it was ready."""
-
-
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without NOTIFIER_* and OTEL_* settings, plus `extra`.
-
-    Telemetry stays off in the measured processes (no OTLP endpoint: notifier installs no
-    SDK provider), so what is measured is the delivery path alone.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFIER_", "OTEL_"))}
-    env.update(extra or {})
-    return env
 
 
 class Child:
@@ -125,7 +115,10 @@ async def started(
     kwargs: dict[str, Any] = {"cwd": cwd} if cwd is not None else {}
     process = await anyio.open_process(
         list(argv),
-        env=dict(env) if env is not None else child_env(),
+        # Without NOTIFIER_* and OTEL_* settings of this process's: telemetry stays off in the
+        # measured processes (no OTLP endpoint: notifier installs no SDK provider), so what
+        # is measured is the delivery path alone.
+        env=dict(env) if env is not None else cli_env(),
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -53,12 +52,6 @@ def smtp_sink_path() -> str | None:
     if found:
         return found
     return next((p for p in SMTP_SINK_PATHS if os.access(p, os.X_OK)), None)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 class Receipts:

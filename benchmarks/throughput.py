@@ -27,9 +27,10 @@ from benchmarks.outbox import discovery_counts, drain_span, wait_until_done
 from benchmarks.processes import Child, started
 from benchmarks.producer import insert_backlog
 from benchmarks.progress import RunProgress
-from benchmarks.sink import HOST, SMTP_SINK_BACKLOG, free_port, smtp_sink_path
+from benchmarks.sink import HOST, SMTP_SINK_BACKLOG, smtp_sink_path
 from benchmarks.workers import TransportKind, WorkerSpec, running_workers
 from notifier.database import connect
+from tests.support.ports import free_port
 
 PYTHON = sys.executable
 # Seconds to wait for a sink's port to accept connections.

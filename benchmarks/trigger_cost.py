@@ -90,8 +90,7 @@ REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
             22: "ARRAY[]::text[]",  # no shared budgets: the trigger's cost is what is measured
             23: "ARRAY[]::bytea[]",
             24: "ARRAY[]::integer[]",
-            25: "ARRAY[]::integer[]",
-            26: "60",
+            25: "60",
         },
     ),
 )

@@ -7,18 +7,18 @@ empty spec is what a user gets out of the box.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from benchmarks.cluster import BenchDatabase
-from benchmarks.processes import Child, child_env, started
+from benchmarks.processes import Child, started
 from benchmarks.producer import MAIL_FROM, TOKEN_SECRET
 from benchmarks.sink import HOST
+from tests.support.cli import NOTIFIER, cli_env
 
-NOTIFIER = [sys.executable, "-m", "notifier", "worker"]
+WORKER = [*NOTIFIER, "worker"]
 # The project root, so `-m notifier` runs this checkout (or PYTHONPATH's, if set).
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The line a worker logs once it listens (or polls).
@@ -60,7 +60,7 @@ class WorkerSpec:
             "NOTIFIER_SWEEP_INTERVAL": self.sweep_interval,
         }
         settings.update({k: str(v) for k, v in optional.items() if v is not None})
-        return child_env(settings)
+        return cli_env(settings)
 
     def as_json(self) -> dict[str, Any]:
         """The settings as the workers saw them (defaults spelled out as None)."""
@@ -82,7 +82,7 @@ async def running_workers(
     count: int,
     log_dir: Path,
     name: str,
-    command: Sequence[str] = NOTIFIER,
+    command: Sequence[str] = WORKER,
 ) -> AsyncIterator[list[Child]]:
     """`count` worker processes, each ready (listening or polling), stopped with SIGTERM.
     `command` runs one (`notifier worker` unless told otherwise)."""

@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.support.topologies",
     "tests.support.browser",
     "tests.support.console_stack",
+    "tests.soak.options",
 ]
 
 # Durability buys nothing in a throwaway test cluster and costs seconds per run.

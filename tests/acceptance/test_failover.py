@@ -23,13 +23,13 @@ import asyncpg
 import pytest
 
 from tests.support.cli import run_cli
+from tests.support.ports import free_port
 from tests.support.smtp_server import Received, SmtpServer
 from tests.support.topologies import unavailable
 from tests.support.topology import (
     Failover,
     ReplicatedPostgres,
     TopologyUnavailable,
-    free_port,
     topology,
 )
 from tests.support.traffic import (

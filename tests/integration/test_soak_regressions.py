@@ -1,4 +1,4 @@
-"""Bugs the soak (`python -m benchmarks.soak`) found, each pinned by a test that fails until
+"""Bugs the soak (`pytest -m slow tests/soak`) found, each pinned by a test that fails until
 the product is fixed."""
 
 from __future__ import annotations

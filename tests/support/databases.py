@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -11,10 +11,13 @@ from notifier import migrations
 from notifier.database import connect
 
 
-def with_database(url: str, name: str) -> str:
-    """The same server URL, naming another database."""
+def with_database(url: str, name: str, user: str | None = None) -> str:
+    """The same server URL, naming another database and, if given, another user."""
     parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
+    netloc = parts.netloc
+    if user is not None:
+        netloc = f"{quote(user)}@{netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc, path="/" + name))
 
 
 def unique_name(prefix: str) -> str:

@@ -1,4 +1,5 @@
-"""A real SMTP server for tests (aiosmtpd in its own thread): records mail, injects faults."""
+"""A real SMTP server for tests and the soak (aiosmtpd in its own thread): records every
+transaction and message it sees, and injects faults planned per recipient or dealt at random."""
 
 from __future__ import annotations
 
@@ -7,14 +8,13 @@ import contextlib
 import dataclasses
 import enum
 import random
-import socket
 import ssl
 import threading
 import time
 import uuid
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from typing import Any, Literal
@@ -24,21 +24,26 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notifier.config import SmtpSettings, TlsMode
+from tests.support.ports import free_port
 
 HOST = "127.0.0.1"
 # What the server calls itself; naming it spares aiosmtpd a getfqdn() per connection.
 SERVER_NAME = "smtp.test"
-# Seconds a SLOW_DATA fault holds its reply unless a SlowData says otherwise.
-DEFAULT_SLOW_DATA_SECONDS = 1.0
+# Seconds a SLOW_REPLY fault holds its reply unless a SlowData says otherwise.
+DEFAULT_SLOW_REPLY_SECONDS = 1.0
 # Seconds wait_for waits unless told otherwise.
 DEFAULT_WAIT_SECONDS = 5.0
+# Seconds a listener may take to come up (the soak starts several on a busy machine).
+READY_TIMEOUT_SECONDS = 10.0
+# Random faults are dealt from a shuffled deck of this many transactions.
+DECK_SIZE = 100
 
-REPLY_RCPT_4XX = "451 4.3.0 try again later"
-REPLY_DATA_4XX = "451 4.3.0 try again later"
+REPLY_RCPT_OK = "250 2.1.5 Ok"
+REPLY_4XX = "451 4.3.0 try again later"
 REPLY_DATA_5XX = "554 5.6.0 message content rejected"
 
 
-class Fault(enum.Enum):
+class Fault(enum.StrEnum):
     """What the server does with one delivery attempt."""
 
     ACCEPT = "accept"
@@ -48,7 +53,7 @@ class Fault(enum.Enum):
     # After the body (which the server reads in full first):
     DATA_4XX = "data_4xx"  # 451, not kept
     DATA_5XX = "data_5xx"  # 554, not kept
-    SLOW_DATA = "slow_data"  # kept, then 250 after the server's slow_data_seconds
+    SLOW_REPLY = "slow_reply"  # kept, then 250 after the server's slow_reply_seconds
     DROP_AFTER_DATA = "drop_after_data"  # kept, then the connection closes with no reply
     # At MAIL FROM, before the recipient is known; planned with SmtpServer.plan_mail:
     DROP_AT_MAIL = "drop_at_mail"  # the connection closes with no reply
@@ -56,7 +61,7 @@ class Fault(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SlowData:
-    """Fault.SLOW_DATA with its own delay: keep the message, answer 250 after `seconds`."""
+    """Fault.SLOW_REPLY with its own delay: keep the message, answer 250 after `seconds`."""
 
     seconds: float
 
@@ -91,6 +96,8 @@ class Reply:
 
 
 Planned = Fault | SlowData | HoldAtRcpt | Reply
+# What set_random_faults can deal at RCPT TO.
+Dealt = Fault | SlowData | Reply
 
 _MAIL_FAULTS = frozenset({Fault.ACCEPT, Fault.DROP_AT_MAIL})
 
@@ -108,37 +115,81 @@ class Received:
     kept: bool  # the server took responsibility for it (accepted, slow, or dropped after)
 
 
+@dataclass(slots=True)
+class Transaction:
+    """One delivery attempt (one RCPT TO) from the recipient to the server's last word.
+
+    Times are time.time(). `listener` is the index of the port it came in on, so a caller
+    that gives each client its own port knows which client sent it (the soak: one per
+    worker slot).
+    """
+
+    listener: int
+    recipient: str
+    fault: Planned  # what the server did with it (a HoldAtRcpt, once released, is ACCEPT)
+    rcpt_at: float
+    rcpt_reply: str
+    message_id: str | None = None
+    content: bytes | None = None
+    body_at: float | None = None  # when the whole body had arrived
+    reply: str | None = None  # after the body; "" when the server hung up instead
+    replied_at: float | None = None
+    kept: bool = False
+    client_gone: bool = False  # the client went away before the server answered
+
+    @property
+    def reply_code(self) -> int | None:
+        """The code the transaction ended with: the DATA reply, else the RCPT reply."""
+        text = self.reply if self.body_at is not None else self.rcpt_reply
+        if not text or self.client_gone:
+            return None
+        head = text[:3]
+        return int(head) if head.isdigit() else None
+
+    @property
+    def ended_at(self) -> float:
+        return self.replied_at or self.body_at or self.rcpt_at
+
+
 class SmtpServer:
     """An aiosmtpd server on 127.0.0.1 running in its own thread, from start() until stop().
 
-    Records every message body it reads in `received` and counts the client connections
-    it serves. Faults are injected per recipient with `plan`, at MAIL FROM with
-    `plan_mail`, or at random with `set_random_faults`; anything unplanned is accepted.
-    All state is guarded by one lock, since the server thread writes what tests read.
+    Records every delivery attempt in `transactions` and every message body it reads in
+    `received`, and counts the client connections it serves. Faults are injected per
+    recipient with `plan`, at MAIL FROM with `plan_mail`, or at random with
+    `set_random_faults`; anything unplanned is accepted. With `listeners` > 1 it listens on
+    that many ports (`ports`), one server behind them all. All state is guarded by one
+    lock, since the server threads write what tests read.
     """
 
     def __init__(
         self,
         port: int | None = None,
         *,
-        slow_data_seconds: float = DEFAULT_SLOW_DATA_SECONDS,
+        listeners: int = 1,
+        slow_reply_seconds: float = DEFAULT_SLOW_REPLY_SECONDS,
         tls: TlsMode = "none",
         certificate: Any = None,
         smtputf8: bool = True,
     ) -> None:
+        if port is not None and listeners != 1:
+            raise ValueError("a port can be given for a single listener only")
         self.host = HOST
-        self.port = _free_port() if port is None else port
-        self.slow_data_seconds = slow_data_seconds
+        self.ports = [port] if port is not None else [free_port(HOST) for _ in range(listeners)]
+        self.port = self.ports[0]
+        self.slow_reply_seconds = slow_reply_seconds
         self._lock = threading.Lock()
         self._received: list[Received] = []
+        self._transactions: list[Transaction] = []
         self._recipient_faults: defaultdict[str, deque[Planned]] = defaultdict(deque)
         self._mail_faults: deque[Planned] = deque()
-        self._random_rates: dict[Planned, float] = {}
+        self._random_rates: dict[Dealt, float] = {}
         self._random = random.Random(0)
-        # The DATA-phase fault each open transaction drew at RCPT TO (only the server thread
-        # touches it). Envelopes are replaced after DATA and on RSET, so a stale entry can
+        self._deck: list[Dealt] = []
+        # The transactions each open envelope accepted at RCPT TO (only the server threads
+        # touch it). Envelopes are replaced after DATA and on RSET, so a stale entry can
         # never apply to a later transaction.
-        self._data_faults: weakref.WeakKeyDictionary[Envelope, Planned] = (
+        self._open: weakref.WeakKeyDictionary[Envelope, list[Transaction]] = (
             weakref.WeakKeyDictionary()
         )
         self._greeted: set[Session] = set()
@@ -147,7 +198,7 @@ class SmtpServer:
         self._wakers: list[tuple[asyncio.AbstractEventLoop, anyio.Event]] = []
         # Made by start(): aiosmtpd's controller creates its event loop when constructed,
         # and only stop() closes it, so a server that never starts must not have one.
-        self._controller: _Controller | None = None
+        self._controllers: list[_Controller] = []
         # A trustme.LeafCert for "starttls" (required upgrade) or "tls" (implicit TLS).
         self.tls = tls
         self.certificate = certificate
@@ -157,7 +208,7 @@ class SmtpServer:
     # Lifecycle
 
     def start(self) -> None:
-        if self._controller is not None:
+        if self._controllers:
             raise RuntimeError("the SMTP server is already running")
         tls: dict[str, Any] = {}
         if self.tls != "none":
@@ -167,27 +218,30 @@ class SmtpServer:
                 tls["ssl_context"] = context
             else:
                 tls.update(tls_context=context, require_starttls=True)
-        controller = _Controller(
-            self,
-            _Handler(self),
-            hostname=HOST,
-            port=self.port,
-            enable_SMTPUTF8=self.smtputf8,
-            **tls,
-        )
-        try:
-            controller.start()
-        except BaseException:
-            # e.g. the port is taken: the thread has ended, but its loop is still open.
-            controller.stop(no_assert=True)
-            if not controller.loop.is_closed():
-                controller.loop.close()
-            raise
-        self._controller = controller
+        for listener, port in enumerate(self.ports):
+            controller = _Controller(
+                self,
+                _Handler(self, listener),
+                hostname=HOST,
+                port=port,
+                enable_SMTPUTF8=self.smtputf8,
+                ready_timeout=READY_TIMEOUT_SECONDS,
+                **tls,
+            )
+            try:
+                controller.start()
+            except BaseException:
+                # e.g. the port is taken: the thread has ended, but its loop is still open.
+                controller.stop(no_assert=True)
+                if not controller.loop.is_closed():
+                    controller.loop.close()
+                self.stop()
+                raise
+            self._controllers.append(controller)
 
     def stop(self) -> None:
-        controller, self._controller = self._controller, None
-        if controller is not None:
+        controllers, self._controllers = self._controllers, []
+        for controller in controllers:
             controller.stop()
 
     def __enter__(self) -> SmtpServer:
@@ -233,14 +287,23 @@ class SmtpServer:
         with self._lock:
             self._mail_faults.extend(faults)
 
-    def set_random_faults(self, rates: dict[Planned, float], seed: int) -> None:
-        """Apply each fault with its probability whenever nothing is planned (DROP_AT_MAIL
-        drawn at MAIL FROM, the others at RCPT TO); {} turns random faults off."""
+    def set_random_faults(self, rates: Mapping[Dealt, float], seed: int) -> None:
+        """Deal faults at RCPT TO to every attempt with nothing planned; {} turns them off.
+
+        They come from a shuffled deck of DECK_SIZE cards holding each fault in proportion
+        to its rate (rounded to whole cards), the rest ACCEPT: every hundred attempts get
+        exactly that mix, so a short run still sees every kind, in an order `seed` decides.
+        """
         if any(not 0 <= rate <= 1 for rate in rates.values()) or sum(rates.values()) > 1:
             raise ValueError("rates must be probabilities that add up to at most 1")
+        if Fault.DROP_AT_MAIL in rates or any(
+            isinstance(f, Reply) and f.at == "mail" for f in rates
+        ):
+            raise ValueError("faults at MAIL FROM are planned with plan_mail")
         with self._lock:
             self._random_rates = dict(rates)
             self._random = random.Random(seed)
+            self._deck = []
 
     # What happened
 
@@ -249,6 +312,13 @@ class SmtpServer:
         """Every message body read, in order (a snapshot)."""
         with self._lock:
             return list(self._received)
+
+    @property
+    def transactions(self) -> list[Transaction]:
+        """Every delivery attempt (RCPT TO), in order (a snapshot of the list; a transaction
+        still open may change until the server stops)."""
+        with self._lock:
+            return list(self._transactions)
 
     @property
     def kept(self) -> list[Received]:
@@ -316,6 +386,10 @@ class SmtpServer:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(event.set)
 
+    def _add(self, transaction: Transaction) -> None:
+        with self._lock:
+            self._transactions.append(transaction)
+
     def _greet(self, session: Session) -> None:
         with self._lock:
             if session in self._greeted:
@@ -331,33 +405,29 @@ class SmtpServer:
 
     def _mail_fault(self) -> Planned:
         with self._lock:
-            if self._mail_faults:
-                return self._mail_faults.popleft()
-            rate = self._random_rates.get(Fault.DROP_AT_MAIL, 0.0)
-            if rate and self._random.random() < rate:
-                return Fault.DROP_AT_MAIL
-            return Fault.ACCEPT
+            return self._mail_faults.popleft() if self._mail_faults else Fault.ACCEPT
 
     def _recipient_fault(self, recipient: str) -> Planned:
         with self._lock:
             queue = self._recipient_faults.get(recipient)
             if queue:
                 return queue.popleft()
-            draw = self._random.random()
-            for fault, rate in self._random_rates.items():
-                if fault is Fault.DROP_AT_MAIL:
-                    continue
-                if draw < rate:
-                    return fault
-                draw -= rate
-            return Fault.ACCEPT
+            if not self._random_rates:
+                return Fault.ACCEPT
+            if not self._deck:
+                for fault, rate in self._random_rates.items():
+                    self._deck += [fault] * round(rate * DECK_SIZE)
+                self._deck += [Fault.ACCEPT] * max(0, DECK_SIZE - len(self._deck))
+                self._random.shuffle(self._deck)
+            return self._deck.pop()
 
 
 class _Handler:
-    """aiosmtpd hooks: run in the server thread, one session task per connection."""
+    """aiosmtpd hooks of one listener: run in its thread, one session task per connection."""
 
-    def __init__(self, server: SmtpServer) -> None:
+    def __init__(self, server: SmtpServer, listener: int) -> None:
         self._server = server
+        self._listener = listener
 
     async def handle_EHLO(
         self, smtp: SMTP, session: Session, envelope: Envelope, hostname: str, responses: list[str]
@@ -388,6 +458,7 @@ class _Handler:
     async def handle_RCPT(
         self, smtp: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
+        rcpt_at = time.time()
         fault = self._server._recipient_fault(address)
         if isinstance(fault, HoldAtRcpt):
             fault.reached.set()
@@ -396,22 +467,28 @@ class _Handler:
             )
             fault = Fault.ACCEPT
         if fault is Fault.RCPT_4XX:
-            return REPLY_RCPT_4XX
-        if fault is Fault.RCPT_5XX:
-            return f"550 5.1.1 <{address}>: user unknown"
-        if isinstance(fault, Reply) and fault.at == "rcpt":
-            return fault.line
-        if fault is not Fault.ACCEPT:
-            self._server._data_faults.setdefault(envelope, fault)
-        envelope.rcpt_tos.append(address)
-        envelope.rcpt_options.extend(options)
-        return "250 2.1.5 Ok"
+            reply = REPLY_4XX
+        elif fault is Fault.RCPT_5XX:
+            reply = f"550 5.1.1 <{address}>: user unknown"
+        elif isinstance(fault, Reply) and fault.at == "rcpt":
+            reply = fault.line
+        else:
+            reply = REPLY_RCPT_OK
+        transaction = Transaction(self._listener, address, fault, rcpt_at, reply)
+        self._server._add(transaction)
+        if reply == REPLY_RCPT_OK:
+            self._server._open.setdefault(envelope, []).append(transaction)
+            envelope.rcpt_tos.append(address)
+            envelope.rcpt_options.extend(options)
+        return reply
 
     async def handle_DATA(self, smtp: SMTP, session: Session, envelope: Envelope) -> str:
-        fault = self._server._data_faults.pop(envelope, Fault.ACCEPT)
+        transactions = self._server._open.pop(envelope, [])
+        # The first recipient's fault decides what happens to the body.
+        fault = next((t.fault for t in transactions if t.fault is not Fault.ACCEPT), Fault.ACCEPT)
         accepted = f"250 2.0.0 Ok: queued as {uuid.uuid4().hex[:12].upper()}"
         if fault is Fault.DATA_4XX:
-            reply, kept = REPLY_DATA_4XX, False
+            reply, kept = REPLY_4XX, False
         elif fault is Fault.DATA_5XX:
             reply, kept = REPLY_DATA_5XX, False
         elif isinstance(fault, Reply):
@@ -421,23 +498,36 @@ class _Handler:
         else:
             reply, kept = accepted, True
         content: bytes = envelope.original_content or b""
+        message_id, body_at = _message_id(content), time.time()
+        for transaction in transactions:
+            transaction.content, transaction.message_id = content, message_id
+            transaction.body_at, transaction.kept = body_at, kept
         self._server._record(
             Received(
-                message_id=_message_id(content),
+                message_id=message_id,
                 sender=envelope.mail_from or "",
                 recipients=list(envelope.rcpt_tos),
                 content=content,
-                received_at=time.time(),
+                received_at=body_at,
                 reply=reply,
                 kept=kept,
             )
         )
+        if reply != accepted:  # refused, or hung up on: the answer is immediate
+            _answered(transactions, reply)
         if fault is Fault.DROP_AFTER_DATA:
             await _hang_up(smtp)
-        if isinstance(fault, SlowData):
-            await asyncio.sleep(fault.seconds)
-        elif fault is Fault.SLOW_DATA:
-            await asyncio.sleep(self._server.slow_data_seconds)
+        try:
+            if isinstance(fault, SlowData):
+                await asyncio.sleep(fault.seconds)
+            elif fault is Fault.SLOW_REPLY:
+                await asyncio.sleep(self._server.slow_reply_seconds)
+        except asyncio.CancelledError:
+            _answered(transactions, None, client_gone=True)
+            raise
+        if reply == accepted:
+            gone = smtp.transport is None or smtp.transport.is_closing()
+            _answered(transactions, reply, client_gone=gone)
         return reply
 
 
@@ -463,6 +553,16 @@ class _Controller(Controller):
         return _SessionSMTP(self._server, self.handler, **self.SMTP_kwargs)
 
 
+def _answered(
+    transactions: list[Transaction], reply: str | None, *, client_gone: bool = False
+) -> None:
+    """Note the server's last word on each transaction (None: it never got to say it)."""
+    for transaction in transactions:
+        if reply is not None:
+            transaction.reply, transaction.replied_at = reply, time.time()
+        transaction.client_gone = client_gone
+
+
 async def _hang_up(smtp: SMTP) -> None:
     """Close the connection without a reply, and never return.
 
@@ -478,10 +578,3 @@ async def _hang_up(smtp: SMTP) -> None:
 def _message_id(content: bytes) -> str:
     headers = BytesHeaderParser().parsebytes(content)
     return str(headers.get("Message-ID", "")).strip()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port

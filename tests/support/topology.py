@@ -1,10 +1,11 @@
-"""Production-shaped PostgreSQL for tests and the soak: a primary with a synchronous streaming
-replica built by pg_basebackup, and PgBouncer in front, all from the machine's Debian packages.
+"""PostgreSQL servers of their own for tests, the soak and the benchmarks: a primary with a
+synchronous streaming replica built by pg_basebackup, PgBouncer in front, or one plain
+server, all from the machine's Debian packages.
 
 Everything runs as an unprivileged system user (PostgreSQL and PgBouncer refuse root), in a
-private temporary directory, on free TCP ports of 127.0.0.1 and a private socket directory:
-the machine's own PostgreSQL (port 5432) is never touched. Everything is stopped and deleted
-when the owner closes it.
+private temporary directory, on free TCP ports of 127.0.0.1 and a private socket directory
+(or that directory alone): the machine's own PostgreSQL (port 5432) is never touched.
+Everything is stopped and deleted when the owner closes it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from notifier.embedded import SERVER_USER
+from tests.support.ports import free_port
 
 # Where Debian puts each major version's binaries; the newest one with pg_basebackup is used.
 DEBIAN_BINARIES = Path("/usr/lib/postgresql")
@@ -31,6 +34,8 @@ DEBIAN_BINARIES = Path("/usr/lib/postgresql")
 PGBOUNCER_CANDIDATES = (Path("/usr/sbin/pgbouncer"), Path("/usr/bin/pgbouncer"))
 # Seconds pg_ctl may take to start, stop or promote a server.
 PG_CTL_TIMEOUT_SECONDS = 60
+# A sun_path holds 108 bytes and the server appends "/.s.PGSQL.<port>" to the directory.
+SOCKET_DIR_MAX_LENGTH = 90
 # Seconds a server, a replica or PgBouncer may take to become usable.
 READY_TIMEOUT_SECONDS = 30.0
 READY_POLL_SECONDS = 0.05
@@ -81,13 +86,6 @@ def pgbouncer_path() -> Path:
         if candidate is not None and candidate.exists():
             return candidate
     raise TopologyUnavailable("pgbouncer is not installed (Debian's pgbouncer package; .ci/run)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def tcp_url(port: int, database: str, host: str = "127.0.0.1") -> str:
@@ -149,33 +147,48 @@ class _Runner:
 
 
 class PostgresServer:
-    """One PostgreSQL server (a primary, or a replica until promoted) in its own directory."""
+    """One PostgreSQL server (a primary, or a replica until promoted) in its own directory.
 
-    def __init__(self, name: str, root: Path, runner: _Runner, bin_dir: Path) -> None:
+    It listens on a free port of 127.0.0.1 and in its socket directory, or with `tcp`
+    False in that directory alone, which then only the server's user (and root) may enter:
+    trust authentication is safe there.
+    """
+
+    def __init__(
+        self, name: str, root: Path, runner: _Runner, bin_dir: Path, tcp: bool = True
+    ) -> None:
         self.name = name
         self.dir = root / name
         self.pgdata = self.dir / "pgdata"
         self.socket_dir = self.dir / "run"
         self.log_path = self.dir / "server.log"
         self.port = free_port()
+        self.tcp = tcp
+        self.bin_dir = bin_dir
         self._runner = runner
-        self._bin = bin_dir
         self.running = False
+        if len(str(self.socket_dir)) > SOCKET_DIR_MAX_LENGTH:
+            raise RuntimeError(f"socket directory path too long: {self.socket_dir}")
         for path in (self.dir, self.socket_dir):
             path.mkdir()
             runner.give(path)
+        if not tcp:
+            self.socket_dir.chmod(0o700)
         self.log_path.touch()
         runner.give(self.log_path)
 
     def url(self, database: str = "postgres") -> str:
-        return tcp_url(self.port, database)
+        if self.tcp:
+            return tcp_url(self.port, database)
+        host = quote(str(self.socket_dir))
+        return f"postgresql://{USER}@/{database}?host={host}&port={self.port}"
 
     def initdb(self) -> None:
         self.pgdata.mkdir(mode=0o700)
         self._runner.give(self.pgdata)
         self._runner.run(
             [
-                str(self._bin / "initdb"),
+                str(self.bin_dir / "initdb"),
                 "-D",
                 str(self.pgdata),
                 "-U",
@@ -193,7 +206,7 @@ class PostgresServer:
         self._runner.give(self.pgdata)
         self._runner.run(
             [
-                str(self._bin / "pg_basebackup"),
+                str(self.bin_dir / "pg_basebackup"),
                 "-D",
                 str(self.pgdata),
                 "-d",
@@ -211,7 +224,8 @@ class PostgresServer:
         """Start it with SERVER_SETTINGS (plus `settings`) given on the command line, so a
         replica cloned from it inherits none of them."""
         options = [f"-p {self.port}", f"-k {self.socket_dir}"]
-        merged = {**SERVER_SETTINGS, **(settings or {})}
+        merged = {**SERVER_SETTINGS, **({} if self.tcp else {"listen_addresses": ""})}
+        merged.update(settings or {})
         # pg_ctl hands the options to a shell: quote every value.
         options += [f"-c {key}={shlex.quote(value)}" for key, value in merged.items()]
         self._pg_ctl(["-w", "-l", str(self.log_path), "-o", " ".join(options), "start"])
@@ -237,7 +251,7 @@ class PostgresServer:
     def _pg_ctl(self, args: list[str]) -> None:
         self._runner.run(
             [
-                str(self._bin / "pg_ctl"),
+                str(self.bin_dir / "pg_ctl"),
                 "-D",
                 str(self.pgdata),
                 "-t",
@@ -429,13 +443,21 @@ pidfile = {self.dir / "pgbouncer.pid"}
 
 
 class Topology:
-    """Owns the private directory and whatever was started in it, until close()."""
+    """Owns the private directory and whatever was started in it, until close().
 
-    def __init__(self, keep: bool = False, parent: Path | None = None) -> None:
-        self.bin_dir = postgres_bin_dir()
+    The servers run Debian's binaries unless `bin_dir` names others (e.g. pgserver's).
+    """
+
+    def __init__(
+        self, keep: bool = False, parent: Path | None = None, bin_dir: Path | None = None
+    ) -> None:
+        self.bin_dir = bin_dir or postgres_bin_dir()
         self.root = Path(tempfile.mkdtemp(prefix="notifier-topology-", dir=parent))
         self.root.chmod(0o755)
         self._runner = _Runner(self.root)
+        # Binaries inside a private directory (a virtualenv's pgserver, as CI makes one)
+        # must be reachable for the server's user too.
+        self._runner.reach(self.bin_dir / "postgres")
         self._keep = keep
         self._closers: list[Any] = []
 
@@ -446,9 +468,14 @@ class Topology:
         return cluster
 
     def single(
-        self, databases: tuple[str, ...] = (), settings: Mapping[str, str] | None = None
+        self,
+        databases: tuple[str, ...] = (),
+        settings: Mapping[str, str] | None = None,
+        tcp: bool = True,
     ) -> PostgresServer:
-        server = PostgresServer("primary", self.root, self._runner, self.bin_dir)
+        """One server started with `settings` over SERVER_SETTINGS (see PostgresServer for
+        `tcp`), with `databases` created."""
+        server = PostgresServer("primary", self.root, self._runner, self.bin_dir, tcp)
         self._closers.append(server)
         server.initdb()
         server.start(settings)
@@ -474,10 +501,12 @@ class Topology:
 
 
 @contextlib.contextmanager
-def topology(keep: bool = False, parent: Path | None = None) -> Iterator[Topology]:
+def topology(
+    keep: bool = False, parent: Path | None = None, bin_dir: Path | None = None
+) -> Iterator[Topology]:
     """A Topology in a new directory (under `parent`, default the system's temporary one),
     closed on exit: servers stopped, directory deleted unless `keep`."""
-    owned = Topology(keep, parent)
+    owned = Topology(keep, parent, bin_dir)
     try:
         yield owned
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -18,6 +17,7 @@ from notifier import apikeys
 from notifier.database import ONE_SHOT_CACHE, connect
 from tests.conftest import TEST_SECRET
 from tests.support.cli import RunningCli, running_cli
+from tests.support.ports import free_port
 from tests.support.smtp_server import SmtpServer
 
 # One request may take this long before it counts as unanswered, seconds.
@@ -167,13 +167,6 @@ async def running_service(
             for worker in workers:
                 await worker.wait_for_line(WORKER_READY)
         yield Service(api, workers)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def service_env(database_url: str, smtp: SmtpServer, api_port: int, **extra: str) -> dict[str, str]:

@@ -8,25 +8,31 @@ possibly a stale completion (lease_held false) from a worker that outlived its l
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import asyncpg
 
-from benchmarks.soak.sql import sql
+from tests.soak.probe import QUERIES
 
 # Ends of leases that no worker completed: the claimer recorded it.
 EXPIRED = "lease_expired"
 RELEASED = "released"
 
+R = TypeVar("R")
 
-def _epoch(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
+
+def from_record(cls: type[R], record: Any) -> R:
+    """A record type from a row with a column of each field's name; timestamps become
+    epoch seconds."""
+    values = {f.name: record[f.name] for f in dataclasses.fields(cls)}
+    return cls(**{k: v.timestamp() if isinstance(v, datetime) else v for k, v in values.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +55,6 @@ class Row:
     user_id: str
     email: str
 
-    @classmethod
-    def from_record(cls, r: Any) -> Row:
-        return cls(
-            id=r["id"],
-            verification_id=r["verification_id"],
-            status=r["status"],
-            attempts=r["attempts"],
-            max_attempts=r["max_attempts"],
-            unknown_outcomes=r["unknown_outcomes"],
-            message_id=r["message_id"],
-            last_outcome=r["last_outcome"],
-            last_error=r["last_error"],
-            lease_owner=r["lease_owner"],
-            lease_token=r["lease_token"],
-            created_at=r["created_at"].timestamp(),
-            completed_at=_epoch(r["completed_at"]),
-            user_id=r["user_id"],
-            email=r["email"],
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
@@ -86,23 +72,6 @@ class AttemptRecord:
     lease_held: bool
     claimed_at: float | None
     finished_at: float
-
-    @classmethod
-    def from_record(cls, r: Any) -> AttemptRecord:
-        return cls(
-            id=r["id"],
-            outbox_id=r["outbox_id"],
-            attempt=r["attempt"],
-            lease_owner=r["lease_owner"],
-            lease_token=r["lease_token"],
-            discovered_by=r["discovered_by"],
-            outcome=r["outcome"],
-            smtp_code=r["smtp_code"],
-            body_sent=r["body_sent"],
-            lease_held=r["lease_held"],
-            claimed_at=_epoch(r["claimed_at"]),
-            finished_at=r["finished_at"].timestamp(),
-        )
 
 
 @dataclass(slots=True)
@@ -201,11 +170,13 @@ async def collect(url: str, dump_dir: Path) -> Evidence:
     """Read every row and attempt, and dump each of the product's tables to `dump_dir`."""
     conn = await asyncpg.connect(url)
     try:
-        rows = [Row.from_record(r) for r in await conn.fetch(sql("rows"))]
-        attempts = [AttemptRecord.from_record(r) for r in await conn.fetch(sql("attempts"))]
+        rows = [from_record(Row, r) for r in await conn.fetch(QUERIES.sql("rows"))]
+        attempts = [
+            from_record(AttemptRecord, r) for r in await conn.fetch(QUERIES.sql("attempts"))
+        ]
         await anyio.Path(dump_dir).mkdir(parents=True, exist_ok=True)
         paths = []
-        for record in await conn.fetch(sql("tables")):
+        for record in await conn.fetch(QUERIES.sql("tables")):
             path = dump_dir / f"{record['tablename']}.copy"
             await conn.copy_from_table(record["tablename"], schema_name="notifier", output=path)
             paths.append(path)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 
-from benchmarks.soak.smtp import Fault
-from benchmarks.soak.topology import TopologyName
+from tests.soak.topology import TopologyName
+from tests.support.smtp_server import Fault
 
 # The secret every process of a run shares, made for the run as an operator would make one.
 TOKEN_SECRET = secrets.token_urlsafe(32)
@@ -43,9 +42,7 @@ class SoakSettings:
     duration: float = 900.0
     # After faults stop, every row must be terminal within this.
     drain_timeout: float = 120.0
-    # Where the run keeps its database, logs and summary (a fresh directory if None).
-    run_dir: Path | None = None
-    # Where PostgreSQL runs (benchmarks/soak/topology.py): single (the embedded server,
+    # Where PostgreSQL runs (tests/soak/topology.py): single (the embedded server,
     # restarted once), failover (primary and streaming replica, failed over once instead of
     # the restart) or pgbouncer (pools through PgBouncer, restarted once behind it).
     topology: TopologyName = "single"
@@ -124,6 +121,10 @@ class SoakSettings:
             "NOTIFIER_PUBLIC_URL": PUBLIC_URL,
             "NOTIFIER_MAIL_FROM": MAIL_FROM,
             "NOTIFIER_MAX_ATTEMPTS": str(self.max_attempts),
-            # Every verification has its own user and address; throttling is not under test.
+            # Every verification has its own user and address, all in one domain, from one
+            # client; throttling is not under test (0: no limit).
             "NOTIFIER_RESEND_LIMIT": "1000000",
+            "NOTIFIER_DOMAIN_LIMIT": "0",
+            "NOTIFIER_CLIENT_LIMIT": "0",
+            "NOTIFIER_GLOBAL_LIMIT": "0",
         }

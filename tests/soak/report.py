@@ -11,13 +11,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.soak.checks import CHECKS, Findings
-from benchmarks.soak.evidence import Evidence
-from benchmarks.soak.faults import FaultEvent, FaultInjector
-from benchmarks.soak.load import LoadStats
-from benchmarks.soak.monitor import Backlog
-from benchmarks.soak.settings import SoakSettings
-from benchmarks.soak.smtp import Transaction
+from tests.soak.checks import CHECKS, Findings
+from tests.soak.evidence import Evidence
+from tests.soak.faults import FaultEvent, FaultInjector
+from tests.soak.load import LoadStats
+from tests.soak.monitor import Backlog
+from tests.soak.settings import SoakSettings
+from tests.support.smtp_server import Transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,3 +229,15 @@ def _gap(timings: Timings) -> str:
 
 def _seconds(value: float | None) -> str:
     return "did not drain" if value is None else f"{value:.1f}s"
+
+
+def verdict(findings: Findings, summary: Path) -> str:
+    """The failure in a few lines: each violated check, how often, and its first example."""
+    lines = [
+        f"{name}: {findings.total(name)} violation(s), e.g. {findings.violations[name][0]}"
+        for name in CHECKS
+        if findings.total(name)
+    ]
+    return "\n".join(
+        ["the soak found violations (all examples above and in the summary):", *lines, str(summary)]
+    )

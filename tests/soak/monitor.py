@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from benchmarks.soak.probe import Probe
+from tests.soak.probe import Probe
 
 SAMPLE_INTERVAL_SECONDS = 0.5
 

@@ -1,6 +1,7 @@
 """Where the soak's PostgreSQL runs, and its one database fault.
 
-- single: the embedded server in the run directory, restarted once (pg_ctl restart -m fast).
+- single: notifier's embedded server in the run directory, listening on a Unix socket in its
+  own directory only, restarted once (pg_ctl restart -m fast).
 - failover: Debian's PostgreSQL, a primary and a synchronous streaming replica built with
   pg_basebackup; the product reaches them through one multi-host URL with
   target_session_attrs=read-write; the primary is killed (pg_ctl stop -m immediate) and,
@@ -23,7 +24,7 @@ from typing import Literal, Protocol
 
 import anyio
 
-from benchmarks.soak.postgres import SoakPostgres
+from notifier.embedded import SERVER_LOG, EmbeddedPostgres
 from tests.support.topology import ReplicatedPostgres, Topology, topology
 
 TopologyName = Literal["single", "failover", "pgbouncer"]
@@ -32,6 +33,15 @@ DATABASE = "soak"
 # Seconds between the primary's death and the promotion: a failover manager's detection
 # (Patroni's default TTL is 30 s; shortened so the run stays short).
 DETECTION_SECONDS = 2.0
+# The embedded server's settings: durability buys nothing in a throwaway cluster; enough
+# connections for every process (three workers' pools and listeners, the API's pool, the
+# soak's own).
+EMBEDDED_SETTINGS = {
+    "fsync": "off",
+    "full_page_writes": "off",
+    "synchronous_commit": "off",
+    "max_connections": "200",
+}
 
 
 class SoakDatabase(Protocol):
@@ -52,18 +62,20 @@ class SoakDatabase(Protocol):
 
 
 class SingleDatabase:
-    """The embedded server, as the soak has always run it."""
+    """The embedded server, restarted once (pg_ctl restart -m fast) at the same URL."""
 
     fault_kind = "pg_restart"
 
-    def __init__(self, server: SoakPostgres) -> None:
+    def __init__(self, server: EmbeddedPostgres) -> None:
         self._server = server
         self.probe_url = server.url
         self.env = {"NOTIFIER_DATABASE_URL": server.url}
-        self.log_paths = [server.log_path]
+        self.log_paths = [server.data_dir / SERVER_LOG]
 
     async def fault(self) -> tuple[float, float]:
-        return await self._server.restart()
+        began = time.time()
+        await anyio.to_thread.run_sync(self._server.restart)
+        return began, time.time()
 
 
 class FailoverDatabase:
@@ -110,12 +122,9 @@ class BouncedDatabase:
 def soak_database(name: TopologyName, run_dir: Path) -> Iterator[SoakDatabase]:
     """The run's database in topology `name`, started; stopped when the block ends."""
     if name == "single":
-        server = SoakPostgres(run_dir / "pg")
-        server.start()
-        try:
+        server = EmbeddedPostgres(run_dir / "pg", EMBEDDED_SETTINGS)
+        with server:
             yield SingleDatabase(server)
-        finally:
-            server.stop()
         return
     # Kept in the run directory: the servers' logs are part of the run's evidence.
     with topology(keep=True, parent=run_dir) as owned:

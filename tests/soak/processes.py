@@ -8,11 +8,9 @@ its own log file, which the token check reads at the end.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +20,8 @@ from typing import Literal
 import anyio
 import anyio.abc
 
-NOTIFIER = [sys.executable, "-m", "notifier"]
+from tests.support.cli import NOTIFIER, cli_env, run_cli
+
 # The project root, so `-m notifier` runs this checkout.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Seconds a process may take to say it is ready.
@@ -72,13 +71,6 @@ class Incarnation:
         return self.started_at - slack <= moment <= end + slack
 
 
-def product_env(extra: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment without NOTIFIER_*/OTEL_* settings, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFIER_", "OTEL_"))}
-    env.update(extra)
-    return env
-
-
 class Slot:
     """Owns one slot's processes: start, SIGKILL, SIGTERM, and the record of each run.
 
@@ -96,7 +88,7 @@ class Slot:
     ) -> None:
         self.role = role
         self.slot = slot
-        self.env = product_env(env)
+        self.env = cli_env(env)
         self.log_dir = log_dir
         self.incarnations: list[Incarnation] = []
         self.busy = False
@@ -239,19 +231,10 @@ def _tail(text: str, lines: int = 20) -> str:
 
 
 async def run_once(args: list[str], env: Mapping[str, str], log_path: Path) -> None:
-    """Run `notifier ARGS` to completion (e.g. migrate); raise ProcessFailed if it fails."""
-    with log_path.open("wb") as log_file:
-        done = await anyio.run_process(
-            [*NOTIFIER, *args],
-            env=product_env(env),
-            cwd=PROJECT_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
+    """Run `notifier ARGS` to completion (e.g. migrate), its output kept in `log_path`;
+    raise ProcessFailed if it fails."""
+    done = await run_cli(*args, env=env, cwd=PROJECT_ROOT)
+    output = done.stdout + done.stderr
+    await anyio.Path(log_path).write_text(output)
     if done.returncode != 0:
-        raise ProcessFailed(
-            f"notifier {' '.join(args)} exited {done.returncode}:\n"
-            + _tail(await anyio.Path(log_path).read_text(errors="replace"))
-        )
+        raise ProcessFailed(f"notifier {' '.join(args)} exited {done.returncode}:\n{_tail(output)}")

@@ -11,8 +11,6 @@ Then everything is read and checked.
 from __future__ import annotations
 
 import secrets
-import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,18 +18,18 @@ import anyio
 import httpx
 from rich.console import Console
 
-from benchmarks.soak.checks import check_all
-from benchmarks.soak.evidence import collect
-from benchmarks.soak.faults import FaultInjector
-from benchmarks.soak.load import LoadStats, plan_requests, run_load
-from benchmarks.soak.monitor import Backlog, sample_backlog, wait_drained
-from benchmarks.soak.processes import ProcessFailed, Slot, run_once
-from benchmarks.soak.report import Timings, failover_gap, render, summary_rows, write_json
-from benchmarks.soak.settings import SoakSettings
-from benchmarks.soak.smtp import FaultySmtp, MailLog
-from benchmarks.soak.topology import SoakDatabase, soak_database
 from notifier import apikeys
-from tests.support.topology import TopologyUnavailable
+from tests.soak.checks import Findings, check_all
+from tests.soak.evidence import collect
+from tests.soak.faults import FaultInjector
+from tests.soak.load import LoadStats, plan_requests, run_load
+from tests.soak.monitor import Backlog, sample_backlog, wait_drained
+from tests.soak.processes import ProcessFailed, Slot, run_once
+from tests.soak.report import Timings, failover_gap, render, summary_rows, write_json
+from tests.soak.settings import SoakSettings
+from tests.soak.topology import SoakDatabase, soak_database
+from tests.support.ports import free_port
+from tests.support.smtp_server import SmtpServer
 
 # Seconds the API may take to answer /readyz with 200 after it starts.
 API_READY_TIMEOUT_SECONDS = 30.0
@@ -40,27 +38,20 @@ FINAL_STOP_TIMEOUT_SECONDS = 30.0
 # How often a progress line is printed during the run, seconds.
 PROGRESS_INTERVAL_SECONDS = 10.0
 
-EXIT_OK = 0
-EXIT_VIOLATIONS = 1
-EXIT_BROKEN = 2
 
-
-async def run_soak(settings: SoakSettings, console: Console) -> int:
-    """Run the soak; the exit status: 0 all invariants held, 1 violations, 2 it broke."""
+async def run_soak(settings: SoakSettings, console: Console, run_dir: Path) -> Findings:
+    """Run the soak with its files in `run_dir`; print the summary, write summary.json
+    there, and return what the checks found. Raises ProcessFailed when the product could not
+    be run at all, TopologyUnavailable when the machine lacks the topology's servers."""
     began = time.monotonic()
-    run_dir = settings.run_dir or Path(tempfile.mkdtemp(prefix="notifier-soak-"))
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     console.print(
         f"soak: {settings.count} verifications, {settings.workers} workers, "
         f"seed {settings.seed}, {settings.topology} topology; files in {run_dir}"
     )
-    try:
-        with soak_database(settings.topology, run_dir) as database:
-            return await _run(settings, console, database, run_dir, began)
-    except (ProcessFailed, TopologyUnavailable) as exc:
-        console.print(f"[red]soak: could not run the product:[/red] {exc}")
-        return EXIT_BROKEN
+    with soak_database(settings.topology, run_dir) as database:
+        return await _run(settings, console, database, run_dir, began)
 
 
 async def _run(
@@ -69,11 +60,11 @@ async def _run(
     database: SoakDatabase,
     run_dir: Path,
     began: float,
-) -> int:
+) -> Findings:
     logs = run_dir / "logs"
     url = database.probe_url
-    mail = MailLog(settings.smtp_faults, settings.seed, settings.slow_reply_seconds)
-    smtp = FaultySmtp(settings.workers, mail)
+    # One listener per worker slot: each transaction names the slot that sent it.
+    smtp = SmtpServer(listeners=settings.workers, slow_reply_seconds=settings.slow_reply_seconds)
     smtp.start()
     injector = FaultInjector(settings, [], database, settings.seed)
     stats = LoadStats(plan_requests(settings.count, secrets.token_hex(3)))
@@ -89,7 +80,7 @@ async def _run(
             {**settings.common_env(database.env), "SOAK_API_KEY": api_key},
             logs / "keys.log",
         )
-        api_port, public_port = _free_port(), _free_port()
+        api_port, public_port = free_port(), free_port()
         api_url = f"http://127.0.0.1:{api_port}"
         async with anyio.create_task_group() as watchers:
             api = Slot(
@@ -116,7 +107,7 @@ async def _run(
                     load_began = time.monotonic()
                     stop_faults = anyio.Event()
                     restart_database = anyio.Event()
-                    mail.set_faults(True)
+                    smtp.set_random_faults(settings.smtp_faults, settings.seed)
                     async with anyio.create_task_group() as faulting:
                         faulting.start_soon(injector.run, stop_faults, restart_database)
                         await run_load(
@@ -130,7 +121,7 @@ async def _run(
                             progress_at=max(1, int(settings.count * settings.pg_restart_at)),
                         )
                         stop_faults.set()
-                    mail.set_faults(False)
+                    smtp.set_random_faults({}, settings.seed)
                     faults_stopped = time.monotonic()
                     load_seconds = faults_stopped - load_began
                     console.print(f"soak: faults stopped after {load_seconds:.1f}s; draining")
@@ -152,7 +143,7 @@ async def _run(
     findings = check_all(
         settings,
         evidence,
-        mail.transactions,
+        smtp.transactions,
         [i for slot in workers for i in slot.incarnations],
         api.incarnations,
         stats,
@@ -165,7 +156,7 @@ async def _run(
         load_seconds,
         drained_in,
         time.monotonic() - began,
-        failover_gap(injector.events, evidence, mail.transactions),
+        failover_gap(injector.events, evidence, smtp.transactions),
     )
     sections = summary_rows(settings, findings, injector, stats, backlog, timings)
     render(console, sections, findings)
@@ -174,7 +165,7 @@ async def _run(
         f"soak: {'all invariants held' if findings.ok else 'VIOLATIONS'}; "
         f"summary in {run_dir / 'summary.json'}"
     )
-    return EXIT_OK if findings.ok else EXIT_VIOLATIONS
+    return findings
 
 
 async def _wait_api_ready(api_url: str) -> None:
@@ -205,10 +196,3 @@ async def _progress(
             f"soak: {stats.accepted}/{len(stats.requests)} accepted, "
             f"{last.open if last else '?'} open, {len(injector.events)} faults injected"
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port

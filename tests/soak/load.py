@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 
-from benchmarks.soak.settings import RECIPIENT_DOMAIN
+from tests.soak.settings import RECIPIENT_DOMAIN
 
 # One HTTP exchange may take this long before it is retried, seconds.
 REQUEST_TIMEOUT_SECONDS = 10.0

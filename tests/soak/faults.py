@@ -3,8 +3,9 @@ one database restart or failover.
 
 Each kind runs in its own loop at its own random interval until the stop event; an action
 under way when the stop comes is finished, so no slot is left down. (SMTP faults are the
-mail server's, see smtp.py.) Anything that goes wrong with a fault the product should have
-handled (a SIGTERM that does not exit cleanly, leases left behind) is recorded as a problem.
+mail server's: tests/support/smtp_server.py.) Anything that goes wrong with a fault the
+product should have handled (a SIGTERM that does not exit cleanly, leases left behind) is
+recorded as a problem.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from benchmarks.soak.probe import Probe
-from benchmarks.soak.processes import ProcessFailed, Slot
-from benchmarks.soak.settings import SoakSettings
-from benchmarks.soak.topology import SoakDatabase
+from tests.soak.probe import Probe
+from tests.soak.processes import Incarnation, ProcessFailed, Slot
+from tests.soak.settings import SoakSettings
+from tests.soak.topology import SoakDatabase
 
 # A slot that fails to start (the database may be down) is tried again this many times,
 # this many seconds apart: what a process supervisor would do.
@@ -131,31 +132,37 @@ class FaultInjector:
             done = await action()
             delay = self.random.uniform(*interval) if done else BUSY_RETRY_SECONDS
 
-    def _pick(self) -> Slot | None:
+    async def _on_a_worker(self, act: Callable[[Slot], Awaitable[None]]) -> bool:
+        """Do `act` to a random ready worker no other fault is busy with; False if none is."""
         ready = [s for s in self.workers if s.ready and not s.busy]
-        return self.random.choice(ready) if ready else None
-
-    async def _kill_one(self) -> bool:
-        slot = self._pick()
-        if slot is None:
+        if not ready:
             return False
+        slot = self.random.choice(ready)
         slot.busy = True
         try:
-            began = time.time()
-            incarnation = await slot.kill()
-            self.events.append(
-                FaultEvent("sigkill", began, time.time(), incarnation.name, str(incarnation.pid))
-            )
-            await self.start(slot)
+            await act(slot)
         finally:
             slot.busy = False
         return True
 
+    def _record(self, kind: str, began: float, incarnation: Incarnation) -> None:
+        self.events.append(
+            FaultEvent(kind, began, time.time(), incarnation.name, str(incarnation.pid))
+        )
+
+    async def _kill_one(self) -> bool:
+        return await self._on_a_worker(self._kill)
+
+    async def _kill(self, slot: Slot) -> None:
+        began = time.time()
+        incarnation = await slot.kill()
+        self._record("sigkill", began, incarnation)
+        await self.start(slot)
+
     async def _stall_one(self) -> bool:
-        slot = self._pick()
-        if slot is None:
-            return False
-        slot.busy = True
+        return await self._on_a_worker(self._stall)
+
+    async def _stall(self, slot: Slot) -> None:
         began = time.time()
         try:
             incarnation = slot.pause()
@@ -163,45 +170,30 @@ class FaultInjector:
                 await anyio.sleep(self.settings.stall_seconds)
         finally:
             slot.resume()
-            slot.busy = False
-        self.events.append(
-            FaultEvent("sigstop", began, time.time(), incarnation.name, str(incarnation.pid))
-        )
-        return True
+        self._record("sigstop", began, incarnation)
 
     async def _term_one(self) -> bool:
-        slot = self._pick()
-        if slot is None:
-            return False
-        slot.busy = True
-        try:
-            began = time.time()
-            s = self.settings
-            incarnation = await slot.terminate(
-                s.shutdown_grace + s.data_timeout + TERM_MARGIN_SECONDS
+        return await self._on_a_worker(self._term)
+
+    async def _term(self, slot: Slot) -> None:
+        began = time.time()
+        s = self.settings
+        incarnation = await slot.terminate(s.shutdown_grace + s.data_timeout + TERM_MARGIN_SECONDS)
+        self._record("sigterm", began, incarnation)
+        if incarnation.ending == "term_timeout":
+            self.problems.append(f"{incarnation.name} did not exit within its grace after SIGTERM")
+        elif incarnation.returncode != 0:
+            self.problems.append(
+                f"{incarnation.name} exited {incarnation.returncode} after SIGTERM"
             )
-            self.events.append(
-                FaultEvent("sigterm", began, time.time(), incarnation.name, str(incarnation.pid))
-            )
-            if incarnation.ending == "term_timeout":
+        if incarnation.owner is not None:
+            incarnation.leased_after_exit = await self._leased_by(incarnation.owner)
+            if incarnation.leased_after_exit:
                 self.problems.append(
-                    f"{incarnation.name} did not exit within its grace after SIGTERM"
+                    f"{incarnation.name} exited after SIGTERM still holding "
+                    f"{incarnation.leased_after_exit} lease(s)"
                 )
-            elif incarnation.returncode != 0:
-                self.problems.append(
-                    f"{incarnation.name} exited {incarnation.returncode} after SIGTERM"
-                )
-            if incarnation.owner is not None:
-                incarnation.leased_after_exit = await self._leased_by(incarnation.owner)
-                if incarnation.leased_after_exit:
-                    self.problems.append(
-                        f"{incarnation.name} exited after SIGTERM still holding "
-                        f"{incarnation.leased_after_exit} lease(s)"
-                    )
-            await self.start(slot)
-        finally:
-            slot.busy = False
-        return True
+        await self.start(slot)
 
     async def _leased_by(self, owner: str) -> int | None:
         for _ in range(LEASE_CHECK_TRIES):

@@ -6,8 +6,10 @@ from typing import Any
 
 import asyncpg
 
-from benchmarks.soak.sql import sql
+from notifier.queries import Catalogue
 
+# What the soak reads from outside the product, by name, loaded as the product loads its own.
+QUERIES = Catalogue("tests.soak", "queries.sql")
 # Seconds one connection attempt or statement may take.
 PROBE_TIMEOUT_SECONDS = 5.0
 
@@ -27,7 +29,7 @@ class Probe:
     async def fetch(self, name: str, *args: Any) -> list[Any]:
         conn = await self._connection()
         try:
-            return list(await conn.fetch(sql(name), *args, timeout=PROBE_TIMEOUT_SECONDS))
+            return list(await conn.fetch(QUERIES.sql(name), *args, timeout=PROBE_TIMEOUT_SECONDS))
         except BaseException:
             await self.close()
             raise

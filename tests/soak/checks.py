@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
 
-from benchmarks.soak.evidence import EXPIRED, RELEASED, Evidence, Lease, Row
-from benchmarks.soak.faults import FaultInjector
-from benchmarks.soak.load import LoadStats
-from benchmarks.soak.processes import Incarnation
-from benchmarks.soak.settings import RECIPIENT_DOMAIN, SoakSettings
-from benchmarks.soak.smtp import Fault, Transaction
+from tests.soak.evidence import EXPIRED, RELEASED, Evidence, Lease, Row
+from tests.soak.faults import FaultInjector
+from tests.soak.load import LoadStats
+from tests.soak.processes import Incarnation
+from tests.soak.settings import RECIPIENT_DOMAIN, SoakSettings
+from tests.support.smtp_server import Fault, Transaction
 
 # Slack between the database's clock and the soak's (one machine, one clock: the slack only
 # covers a statement's start time versus its effect), seconds.
@@ -185,14 +185,14 @@ def _attribute(
             findings.violate(
                 check, f"row {row.id}: body carried {tx.message_id}, not {row.message_id}"
             )
-        senders = [i for i in by_slot[tx.slot] if i.alive_at(tx.rcpt_at, PROCESS_SLACK_SECONDS)]
+        senders = [i for i in by_slot[tx.listener] if i.alive_at(tx.rcpt_at, PROCESS_SLACK_SECONDS)]
         owners = {i.owner for i in senders if i.owner is not None}
         lease = _lease_for(evidence.leases_by_row.get(row.id, []), owners, tx)
         attribution.lease_of[id(tx)] = lease
         if lease is None:
             findings.violate(
                 check,
-                f"row {row.id}: a transaction at {tx.rcpt_at:.3f} on slot {tx.slot} "
+                f"row {row.id}: a transaction at {tx.rcpt_at:.3f} on slot {tx.listener} "
                 f"({tx.fault}, body={'yes' if tx.body_at else 'no'}) is inside no lease of "
                 f"{sorted(owners) or 'any live process'}",
             )
@@ -572,7 +572,7 @@ def _count_smtp_faults(findings: Findings, transactions: list[Transaction]) -> N
         if tx.fault in (Fault.RCPT_4XX, Fault.RCPT_5XX) or (
             tx.fault is not Fault.ACCEPT and tx.body_at is not None
         ):
-            findings.smtp_faults[tx.fault.value] += 1
+            findings.smtp_faults[str(tx.fault)] += 1
         if tx.kept:
             findings.counts["smtp_kept"] += 1
 
@@ -589,7 +589,7 @@ def _check_faults_injected(
         if kinds[kind] == 0:
             findings.violate("faults_injected", f"no {kind} was injected")
     for fault, rate in settings.smtp_faults.items():
-        if rate > 0 and findings.smtp_faults[fault.value] == 0:
+        if rate > 0 and findings.smtp_faults[str(fault)] == 0:
             findings.violate("faults_injected", f"the server never applied {fault.value}")
 
 
