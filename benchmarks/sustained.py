@@ -28,7 +28,7 @@ import anyio
 from benchmarks import observed_worker
 from benchmarks.api_servers import ApiServer, running_apis, running_dev
 from benchmarks.backlog import Backlog, backlog
-from benchmarks.cluster import BenchDatabase, empty_tables, with_database
+from benchmarks.cluster import BenchDatabase, empty_tables
 from benchmarks.config import (
     DEV_START_SECONDS,
     PROCESS_START_SECONDS,
@@ -52,6 +52,7 @@ from benchmarks.stats import distribution
 from benchmarks.throughput import Sink, running_sink
 from benchmarks.workers import WorkerSpec, running_workers
 from notifier.database import connect
+from tests.support.databases import with_database
 
 # The producers' own login role, so the statements a request costs can be counted.
 PRODUCER_ROLE_PREFIX = "notifier_bench_producer"

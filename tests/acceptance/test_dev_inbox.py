@@ -10,7 +10,7 @@ from typing import Literal
 import anyio
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, Request, expect
+from playwright.async_api import Browser, Page, Request, ViewportSize, expect
 
 from tests.support.browser import (
     BROWSER_WAIT_MS,
@@ -26,7 +26,7 @@ from tests.support.looks import horizontal_overflow, low_contrast
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
 
-PHONE = {"width": 390, "height": 844}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 async def live_inbox(page: Page, dev_url: str, path: str = "/dev/inbox") -> None:

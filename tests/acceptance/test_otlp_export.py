@@ -80,8 +80,8 @@ async def test_api_and_worker_export_one_linked_trace_per_verification(
             )
             assert created.status_code == 202, created.text
         await smtp_server.wait_for(1, timeout=WAIT)
-        for process in (worker, api):
-            process.process.send_signal(signal.SIGTERM)
+        for cli in (worker, api):
+            cli.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(WAIT):
             assert await worker.process.wait() == 0
             assert await api.process.wait() == 0
@@ -91,20 +91,20 @@ async def test_api_and_worker_export_one_linked_trace_per_verification(
     trace_id = "ab" * 16
     story = [s for s in spans if s.trace_id == trace_id]
     by_name = {s.name: s for s in story}
-    server = by_name["POST /v1/verifications"]
+    served = by_name["POST /v1/verifications"]
     producer = by_name["create notifier.email_outbox"]
     process = by_name["process notifier.email_outbox"]
     send = by_name["send smtp"]
     settle = by_name["settle notifier.email_outbox"]
-    assert (server.kind, producer.kind, process.kind, send.kind) == (
+    assert (served.kind, producer.kind, process.kind, send.kind) == (
         SERVER,
         PRODUCER,
         CONSUMER,
         CLIENT,
     )
-    assert server.parent_span_id == "cd" * 8
-    assert (server.service, process.service) == ("notifier-api", "notifier-worker")
-    assert producer.parent_span_id == server.span_id
+    assert served.parent_span_id == "cd" * 8
+    assert (served.service, process.service) == ("notifier-api", "notifier-worker")
+    assert producer.parent_span_id == served.span_id
     assert process.parent_span_id == producer.span_id
     assert {send.parent_span_id, settle.parent_span_id} == {process.span_id}
     assert send.attributes["notifier.smtp.reply_code"] == 250

@@ -260,7 +260,7 @@ async def test_a_session_cookie_that_is_not_ascii_is_refused_not_an_error(
     kid, issued = services.policy.keys.current_key_id, round(time.time() * 1000)
     # Unexpired and signed by a configured secret, as far as its shape says.
     cookie = f"{SESSION_COOKIE}=abc.{issued}.{kid}.\u00ff".encode("latin-1")
-    response = await console.get("/console", headers={"Cookie": cookie})
+    response = await console.get("/console", headers=[(b"Cookie", cookie)])
     assert response.status_code == 401
 
 

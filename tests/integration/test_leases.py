@@ -10,7 +10,7 @@ import asyncpg
 import orjson
 import pytest
 
-from notifier.leases import Completion, Held, Leases
+from notifier.leases import Claimed, Completion, Held, Leases
 from notifier.queries import sql
 from notifier.tokens import TokenKeys
 from tests.support.deliveries import (
@@ -36,6 +36,11 @@ def leases(pool: asyncpg.Pool) -> Leases:
 @pytest.fixture
 def rival(pool: asyncpg.Pool) -> Leases:
     return Leases(pool, "host:2/b", LEASE_SECONDS)
+
+
+def held(row: Claimed) -> Held:
+    assert row.lease_token is not None
+    return Held(row.id, row.lease_token)
 
 
 def completion(row: Any, outcome: str, **fields: Any) -> Completion:
@@ -199,7 +204,7 @@ async def test_gate_says_live_while_the_lease_is_held(
 ) -> None:
     enqueued = await enqueue(db, keys)
     [row] = await leases.claim_ids([enqueued.outbox_id], "notify")
-    [answer] = await leases.check([Held(row.id, row.lease_token)])
+    [answer] = await leases.check([held(row)])
     assert (answer.lease_held, answer.verification) == (True, "live")
 
 
@@ -209,7 +214,7 @@ async def test_gate_refuses_an_expired_lease_even_before_anyone_reclaims_it(
     enqueued = await enqueue(db, keys)
     [row] = await leases.claim_ids([enqueued.outbox_id], "notify")
     await expire_lease(db, row.id)
-    [answer] = await leases.check([Held(row.id, row.lease_token)])
+    [answer] = await leases.check([held(row)])
     assert answer.lease_held is False
 
 
@@ -219,7 +224,7 @@ async def test_gate_reports_a_verification_that_expired_after_the_claim(
     enqueued = await enqueue(db, keys)
     [row] = await leases.claim_ids([enqueued.outbox_id], "notify")
     await expire_verification(db, row.id)
-    [answer] = await leases.check([Held(row.id, row.lease_token)])
+    [answer] = await leases.check([held(row)])
     assert (answer.lease_held, answer.verification) == (True, "expired")
 
 
@@ -228,8 +233,8 @@ async def test_gate_answers_in_request_order(
 ) -> None:
     rows = await leases.claim_ids([e.outbox_id for e in await enqueue_many(db, keys, 5)], "notify")
     await expire_lease(db, rows[1].id)
-    held = [Held(r.id, r.lease_token) for r in reversed(rows)]  # type: ignore[arg-type]
-    answers = await leases.check(held)
+    held_rows = [held(r) for r in reversed(rows)]
+    answers = await leases.check(held_rows)
     assert [a.lease_held for a in answers] == [True, True, True, False, True]
 
 
@@ -241,7 +246,7 @@ async def test_renewal_extends_only_leases_still_held(
         "UPDATE notifier.email_outbox SET lease_until = now() + interval '1 second' WHERE id = $1",
         a.id,
     )
-    renewed = await leases.renew([Held(a.id, a.lease_token), Held(b.id, uuid.uuid4())])  # type: ignore[arg-type]
+    renewed = await leases.renew([held(a), Held(b.id, uuid.uuid4())])
     assert renewed == {a.id}
     remaining = await db.fetchval(
         "SELECT extract(epoch FROM lease_until - now()) FROM notifier.email_outbox WHERE id = $1",
@@ -375,11 +380,14 @@ async def test_release_returns_the_row_uncounted_and_announces_it(
     listener = await asyncpg.connect(database_url)
     heard: list[str] = []
     arrived = anyio.Event()
-    await listener.add_listener(
-        "notifier_outbox_v1", lambda *args: (heard.append(args[-1]), arrived.set())
-    )
+
+    def hear(*args: Any) -> None:
+        heard.append(args[-1])
+        arrived.set()
+
+    await listener.add_listener("notifier_outbox_v1", hear)
     try:
-        assert await leases.release([Held(row.id, row.lease_token)]) == 1  # type: ignore[arg-type]
+        assert await leases.release([held(row)]) == 1
         with anyio.fail_after(5):
             await arrived.wait()
     finally:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 class Heard(list[str]):
     """Payloads a listening connection received; `sentinel_seen` is set by the sentinel."""
 
-    __hash__ = object.__hash__  # asyncpg keeps listeners in a set
+    __hash__ = object.__hash__  # type: ignore[assignment]  # asyncpg keeps listeners in a set
 
     def __init__(self) -> None:
         super().__init__()

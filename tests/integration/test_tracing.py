@@ -129,7 +129,8 @@ async def test_every_attempt_of_a_retried_delivery_stays_in_its_trace(
     await deliver(client, database_url, keys, smtp_server, Recorder())
     spans = list(otel.spans.get_finished_spans())
     processes = by_name(spans, "process notifier.email_outbox")
-    assert sorted((s.attributes or {})["notifier.attempt"] for s in processes) == [1, 2]
+    attempts = [(s.attributes or {})["notifier.attempt"] for s in processes]
+    assert sorted(attempts, key=str) == [1, 2]
     assert len({s.context.trace_id for s in processes}) == 1
     failed = next(s for s in processes if (s.attributes or {})["notifier.attempt"] == 1)
     assert (failed.attributes or {})["error.type"] == "transient"

@@ -590,7 +590,7 @@ def _check_faults_injected(
             findings.violate("faults_injected", f"no {kind} was injected")
     for fault, rate in settings.smtp_faults.items():
         if rate > 0 and findings.smtp_faults[str(fault)] == 0:
-            findings.violate("faults_injected", f"the server never applied {fault.value}")
+            findings.violate("faults_injected", f"the server never applied {fault}")
 
 
 def _ended_as(lease: Lease, outcome: str) -> bool:

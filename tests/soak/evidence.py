@@ -14,18 +14,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import asyncpg
 
 from tests.soak.probe import QUERIES
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 # Ends of leases that no worker completed: the claimer recorded it.
 EXPIRED = "lease_expired"
 RELEASED = "released"
 
-R = TypeVar("R")
+R = TypeVar("R", bound="DataclassInstance")
 
 
 def from_record(cls: type[R], record: Any) -> R:

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 
 from tests.soak.topology import TopologyName
-from tests.support.smtp_server import Fault
+from tests.support.smtp_server import Dealt, Fault
 
 # The secret every process of a run shares, made for the run as an operator would make one.
 TOKEN_SECRET = secrets.token_urlsafe(32)
@@ -18,7 +18,7 @@ RECIPIENT_DOMAIN = "soak.example.com"
 
 # About 10% 4xx, 2% 5xx, 2% dropped after the body (kept: the unknown-outcome case) and 1%
 # answered slower than the lease, per transaction.
-DEFAULT_SMTP_FAULTS: dict[Fault, float] = {
+DEFAULT_SMTP_FAULTS: dict[Dealt, float] = {
     Fault.RCPT_4XX: 0.05,
     Fault.DATA_4XX: 0.05,
     Fault.RCPT_5XX: 0.01,
@@ -59,7 +59,7 @@ class SoakSettings:
     stall_every: tuple[float, float] = (10.0, 20.0)
     stall_seconds: float = 6.0
     pg_restart_at: float = 0.5
-    smtp_faults: dict[Fault, float] = dataclasses.field(
+    smtp_faults: dict[Dealt, float] = dataclasses.field(
         default_factory=lambda: dict(DEFAULT_SMTP_FAULTS)
     )
 

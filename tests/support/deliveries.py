@@ -106,7 +106,7 @@ async def outbox_row(conn: Any, outbox_id: int) -> Any:
     return await conn.fetchrow("SELECT * FROM notifier.email_outbox WHERE id = $1", outbox_id)
 
 
-async def attempts_of(conn: Any, outbox_id: int) -> list[Any]:
+async def attempts_of(conn: Any, outbox_id: int) -> Any:
     return await conn.fetch(
         "SELECT * FROM notifier.delivery_attempts WHERE outbox_id = $1 ORDER BY id", outbox_id
     )

@@ -279,7 +279,7 @@ def _psql(
     )
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+    return str(done.stdout).strip()
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.mailer import Phase, Refusal, refusal_of
+from notifier.mailer import Phase, refusal_of
+from notifier.outcomes import Refusal
 
 
 @pytest.mark.parametrize(

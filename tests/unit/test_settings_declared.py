@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -54,9 +55,10 @@ def test_every_name_in_docs_deploy_and_tests_is_one_the_code_declares() -> None:
 @pytest.mark.parametrize("command", sorted(_READS))
 def test_every_commands_help_names_what_it_does_and_each_setting_it_reads(command: str) -> None:
     parser = build_parser()
-    [subparsers] = [a for a in parser._actions if a.dest == "command"]
-    text = subparsers.choices[command].format_help()
-    assert subparsers.choices[command].description and len(text.splitlines()) > 5
+    [subparsers] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    help_of = subparsers.choices[command]
+    text = help_of.format_help()
+    assert help_of.description and len(text.splitlines()) > 5
     for group in _READS[command]:
         for _, spec in specs(group):
             assert f"{spec.name} (default " in text, (command, spec.name)
