@@ -34,7 +34,6 @@ from notifier.access import (
     trusted_caller,
 )
 from notifier.api_models import (
-    Attempt,
     Attempts,
     Suppression,
     Suppressions,
@@ -42,6 +41,7 @@ from notifier.api_models import (
     VerificationIn,
     VerificationStatus,
 )
+from notifier.attempts import attempts_of
 from notifier.console import TRACE_URL_STATE, console, home
 from notifier.queries import sql
 from notifier.redact import redact_email
@@ -203,25 +203,8 @@ async def get_verification(verification_id: uuid.UUID, conn: Conn) -> Verificati
 )
 async def get_attempts(verification_id: uuid.UUID, conn: Conn) -> Attempts:
     await _status_row(conn, verification_id)  # 404 for an unknown id, not an empty list
-    rows = await conn.fetch(sql("verification_attempts"), verification_id)
     return Attempts(
-        verification_id=verification_id,
-        attempts=[
-            Attempt(
-                attempt=r["attempt"],
-                claimed_by=r["lease_owner"],
-                discovered_by=r["discovered_by"],
-                outcome=r["outcome"],
-                smtp_code=r["smtp_code"],
-                detail=r["detail"],
-                provider_message_id=r["provider_message_id"],
-                body_sent=r["body_sent"],
-                lease_held=r["lease_held"],
-                duration_ms=r["duration_ms"],
-                finished_at=r["finished_at"],
-            )
-            for r in rows
-        ],
+        verification_id=verification_id, attempts=await attempts_of(conn, verification_id)
     )
 
 

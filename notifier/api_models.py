@@ -77,6 +77,9 @@ class Attempt(BaseModel):
     body_sent: bool
     lease_held: bool
     duration_ms: float | None
+    claimed_at: datetime | None = Field(
+        description="When the claim this attempt ran under was made."
+    )
     finished_at: datetime
 
 

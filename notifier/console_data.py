@@ -17,6 +17,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from notifier import addresses
+from notifier.api_models import Attempt
+from notifier.attempts import attempts_of
 from notifier.queries import sql
 from notifier.redact import redact_email
 from notifier.suppressions import Suppression
@@ -167,24 +169,6 @@ async def search_suppression(conn: Any, query: str, separators: str) -> Search:
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt:
-    """One attempt on a delivery's timeline: who claimed it, how the row was found, what the
-    mail server said (addresses redacted when it was recorded), how it ended."""
-
-    attempt: int
-    claimed_by: str
-    discovered_by: str | None
-    outcome: str
-    smtp_code: int | None
-    detail: str | None
-    body_sent: bool
-    lease_held: bool
-    duration_ms: float | None
-    claimed_at: datetime | None
-    finished_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class Delivery:
     """One verification's delivery as the console shows it: the address redacted, the trace
     id from its traceparent, and what superseded it, if anything did."""
@@ -249,27 +233,8 @@ async def delivery(conn: Any, verification_id: uuid.UUID) -> Delivery | None:
         superseded_by=later,
         resendable=resendable,
         suppression=suppression,
-        timeline=await _timeline(conn, verification_id),
+        timeline=await attempts_of(conn, verification_id),
     )
-
-
-async def _timeline(conn: Any, verification_id: uuid.UUID) -> list[Attempt]:
-    return [
-        Attempt(
-            attempt=r["attempt"],
-            claimed_by=r["lease_owner"],
-            discovered_by=r["discovered_by"],
-            outcome=r["outcome"],
-            smtp_code=r["smtp_code"],
-            detail=r["detail"],
-            body_sent=r["body_sent"],
-            lease_held=r["lease_held"],
-            duration_ms=r["duration_ms"],
-            claimed_at=r["claimed_at"],
-            finished_at=r["finished_at"],
-        )
-        for r in await conn.fetch(sql("verification_attempts"), verification_id)
-    ]
 
 
 def trace_id(traceparent: str | None) -> str | None:

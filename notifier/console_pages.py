@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from html import escape
 
 from notifier.access import CSRF_FIELD
+from notifier.api_models import Attempt
 from notifier.charts import Bar, stacked_bars
 from notifier.console_data import (
     CHART_MINUTES,
-    Attempt,
     Delivery,
     Found,
     Minute,

@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -34,19 +33,6 @@ pytestmark = pytest.mark.anyio
 WAIT = 15
 DAY = 86400.0
 NEW_SECRET = "Hs8Xq2Vb5Nc1Ld7Ke3Mf9Pg4Rj6Tw0Ya2Uz8Bn5Cv"
-
-
-@pytest.fixture
-def policy_overrides() -> dict[str, Any]:
-    return {}
-
-
-@pytest.fixture
-async def apps(
-    pool: asyncpg.Pool, keys: TokenKeys, policy_overrides: dict[str, Any]
-) -> AsyncIterator[Clients]:
-    async with serve(pool, policy_for_tests(keys, **policy_overrides)) as clients:
-        yield clients
 
 
 async def ask(

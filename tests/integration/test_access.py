@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 import re
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -27,7 +26,7 @@ from notifier.public import create_public_app
 from notifier.tokens import TokenKeys
 from notifier.web import Services
 from tests.conftest import TEST_SECRET
-from tests.support.apps import Clients, bearer, make_key, serve
+from tests.support.apps import Clients, bearer, make_key
 from tests.support.deliveries import policy_for_tests
 
 pytestmark = pytest.mark.anyio
@@ -116,10 +115,10 @@ def test_no_route_hands_its_handler_or_dependencies_to_a_thread(build: Any) -> N
 
 
 @pytest.fixture
-async def apps(pool: asyncpg.Pool, keys: TokenKeys) -> AsyncIterator[Clients]:
-    async with serve(pool, policy_for_tests(keys)) as clients:
-        clients.internal.headers.pop("Authorization")
-        yield clients
+def apps(apps: Clients) -> Clients:
+    """The shared apps, but the internal client carries no key: each test presents its own."""
+    apps.internal.headers.pop("Authorization")
+    return apps
 
 
 async def writes(db: asyncpg.Connection) -> tuple[Any, ...]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -18,19 +17,6 @@ from tests.support.deliveries import expire_verification, policy_for_tests
 pytestmark = pytest.mark.anyio
 
 BODY = {"user_id": "user-1", "email": "Ada@Example.COM", "purpose": "signup"}
-
-
-@pytest.fixture
-def policy_overrides() -> dict[str, Any]:
-    return {}
-
-
-@pytest.fixture
-async def apps(
-    pool: asyncpg.Pool, keys: TokenKeys, policy_overrides: dict[str, Any]
-) -> AsyncIterator[Clients]:
-    async with serve(pool, policy_for_tests(keys, **policy_overrides)) as clients:
-        yield clients
 
 
 @pytest.fixture

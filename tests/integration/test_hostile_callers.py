@@ -6,25 +6,21 @@ ambiguous pair of credentials, a runtime role the upgrade path forgot.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
 from notifier.access import SESSION_COOKIE
-from notifier.tokens import TokenKeys
-from tests.support.apps import Clients, make_key, serve
+from tests.support.apps import Clients, make_key
 from tests.support.databases import unique_name
-from tests.support.deliveries import policy_for_tests
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def apps(pool: asyncpg.Pool, keys: TokenKeys) -> AsyncIterator[Clients]:
-    async with serve(pool, policy_for_tests(keys)) as clients:
-        clients.internal.headers.pop("Authorization")
-        yield clients
+def apps(apps: Clients) -> Clients:
+    """The shared apps, but the internal client carries no key: each test presents its own."""
+    apps.internal.headers.pop("Authorization")
+    return apps
 
 
 async def test_a_session_cookie_is_refused_after_signing_out(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import email
 import email.policy
 import uuid
-from collections.abc import AsyncIterator
 from email.message import EmailMessage
 
 import anyio
@@ -17,7 +16,7 @@ import notifier
 from notifier import events
 from notifier.tokens import TokenKeys
 from notifier.verifications import IdempotencyConflict, InvalidRequest
-from tests.support.apps import Clients, serve
+from tests.support.apps import Clients
 from tests.support.deliveries import enqueue, expire_verification, policy_for_tests
 from tests.support.recorder import recorded
 from tests.support.smtp_server import SmtpServer
@@ -26,12 +25,6 @@ from tests.support.workers import running_worker
 pytestmark = pytest.mark.anyio
 
 WAIT = 15  # seconds any single expectation may take before the test fails
-
-
-@pytest.fixture
-async def apps(pool: asyncpg.Pool, keys: TokenKeys) -> AsyncIterator[Clients]:
-    async with serve(pool, policy_for_tests(keys)) as clients:
-        yield clients
 
 
 async def stored_locales(db: asyncpg.Connection) -> list[str | None]:

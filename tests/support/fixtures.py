@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import asyncpg
 import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -14,6 +16,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from notifier.tokens import TokenKeys
+from tests.support.apps import Clients, serve
+from tests.support.deliveries import policy_for_tests
 from tests.support.smtp_server import SmtpServer
 
 
@@ -22,6 +27,22 @@ def smtp_server(free_tcp_port_factory: Callable[[], int]) -> Iterator[SmtpServer
     """A real SMTP server of this test's own, accepting everything until told otherwise."""
     with SmtpServer(free_tcp_port_factory()) as server:
         yield server
+
+
+@pytest.fixture
+def policy_overrides() -> dict[str, Any]:
+    """Request policy fields (or limits) the `apps` of a test use: parametrize to change."""
+    return {}
+
+
+@pytest.fixture
+async def apps(
+    pool: asyncpg.Pool, keys: TokenKeys, policy_overrides: dict[str, Any]
+) -> AsyncIterator[Clients]:
+    """Both listeners on a real port each, over the test's database; the internal client
+    presents a key with every scope."""
+    async with serve(pool, policy_for_tests(keys, **policy_overrides)) as clients:
+        yield clients
 
 
 @dataclass
