@@ -156,11 +156,28 @@ def _from_header(name: str, address: str) -> str:
 
 
 def _quoted_printable(text: str) -> bytes:
-    """UTF-8 quoted-printable with CRLF line ends (soft breaks included)."""
+    """UTF-8 quoted-printable with CRLF line ends (soft breaks included).
+
+    Quoted-printable encodes each line on its own (soft breaks and trailing whitespace
+    depend only on the line), so lines are encoded one by one and remembered: most lines of
+    a rendered template are the template's own and repeat in every message, and encoding the
+    whole HTML body at once cost more than the rest of composing a message.
+    """
     normalised = text.replace("\r\n", "\n").replace("\r", "\n")
-    if not normalised.endswith("\n"):
-        normalised += "\n"
-    encoded = binascii.b2a_qp(normalised.encode("utf-8"), istext=True)
+    lines = normalised.split("\n")
+    if normalised.endswith("\n"):
+        lines.pop()  # the text's own last line end, not an empty line after it
+    return b"".join([_quoted_printable_line(line) for line in lines])
+
+
+# Lines of the shipped and overridden templates, in every language, with room to spare; a
+# line holding a link or an address is unique and only passes through.
+QP_LINE_CACHE_SIZE = 4096
+
+
+@lru_cache(maxsize=QP_LINE_CACHE_SIZE)
+def _quoted_printable_line(line: str) -> bytes:
+    encoded = binascii.b2a_qp(line.encode("utf-8") + b"\n", istext=True)
     return encoded.replace(b"\n", b"\r\n")
 
 

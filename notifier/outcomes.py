@@ -10,9 +10,9 @@ that moves it, in one place.
 Three decisions, each a pure function here and, where the database takes it in the same
 statement that changes the row, a CASE in SQL that says it mirrors the function (and a test
 runs both over every case):
-- `claim_fate`: what a claim does with a row (schema claim_v2's `fate`);
+- `claim_fate`: what a claim does with a row (schema claim_v3's `fate`);
 - `judge`: what an attempt's SMTP result and the pre-send gate's answer mean (worker);
-- `settle`: the row's next status after an attempt (queries.sql `complete_attempts`).
+- `settle`: the row's next status after an attempt (schema complete_v1).
 
 "What does a 4xx at RCPT do?" -- `judge("transient", ...)` -> outcome "transient", retried;
 `settle("transient", ...)` -> "pending" while attempts remain and the retry lands before the
@@ -63,7 +63,7 @@ RECORDED_OUTCOMES: frozenset[str] = frozenset(
 def claim_fate(
     *, verified: bool, superseded: bool, expired: bool, attempts: int, max_attempts: int
 ) -> Fate:
-    """What a claim does with a claimable row. Mirrored by claim_v2's CASE (same order)."""
+    """What a claim does with a claimable row. Mirrored by claim_v3's CASE (same order)."""
     if verified:
         return "verified"  # settled as sent: the person confirmed with an earlier email
     if superseded:
@@ -145,7 +145,7 @@ def settle(
     retry_after_expiry: bool,
 ) -> DeliveryStatus:
     """A row's next status after an attempt that still held its lease. Mirrored by
-    complete_attempts' CASE in queries.sql (same order). `unknown_outcomes` counts those
+    complete_v1's CASE in the schema (same order). `unknown_outcomes` counts those
     before this attempt; `retry_after_expiry`: the retry delay would land after the link
     expires."""
     match outcome:

@@ -150,19 +150,9 @@ SELECT NULL::bigint[] AS bigints, NULL::uuid[] AS uuids, NULL::boolean[] AS bool
 
 -- name: claim_by_ids
 -- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
--- Claims exactly the named rows that are claimable now and not locked by another claim.
-WITH candidates AS MATERIALIZED (
-    -- Claimable: due pending rows, or sending rows whose worker let the lease run out.
-    -- SKIP LOCKED: a row another worker is claiming right now is theirs.
-    SELECT id
-    FROM notifier.email_outbox
-    WHERE id = ANY($1::bigint[])
-      AND ((status = 'pending' AND next_attempt_at <= now())
-           OR (status = 'sending' AND lease_until < now()))
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-)
-SELECT * FROM notifier.claim_v2(ARRAY(SELECT id FROM candidates), $2, $3, $4);
+-- Claims exactly the named rows that are claimable now and not locked by another claim
+-- (claim_v3 locks them, SKIP LOCKED, and claims them; schema/0013).
+SELECT * FROM notifier.claim_v3($1::bigint[], $2, $3, $4);
 
 -- name: claim_due
 -- $1: most rows to claim, $2: lease owner, $3: lease (seconds), $4: discovered_by for due
@@ -183,7 +173,7 @@ WITH expired AS MATERIALIZED (
     LIMIT greatest($1 - (SELECT count(*) FROM expired), 0)
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM notifier.claim_v2(
+SELECT * FROM notifier.claim_v3(
     ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due), $2, $3, $4
 );
 
@@ -220,100 +210,13 @@ RETURNING o.id;
 -- $10: attempt numbers, $11: discovered_by, $12: lease owner, $13: unknown-outcome limit,
 -- $14: claim times, $15: suppress the recipient's mailbox (bool[]), $16: suppression
 -- lifetime (seconds).
--- Settles a batch of attempts in one statement: each row changes only while its lease is
--- still held (invariant 3), and every attempt is recorded, held or not.
-WITH input AS (
-    SELECT *
-    FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::int[], $6::text[],
-                $7::text[], $8::float8[], $9::bool[], $10::int[], $11::text[],
-                $14::timestamptz[], $15::bool[])
-         AS i(id, token, outcome, retry_delay, smtp_code, detail, provider_message_id,
-              duration_ms, body_sent, attempt, discovered_by, claimed_at, suppress)
-), held AS MATERIALIZED (
-    -- Rows still under the caller's lease. One reclaimed by another worker is absent and
-    -- is not touched.
-    SELECT o.id, o.attempts, o.max_attempts, o.unknown_outcomes, v.expires_at
-    FROM input i
-    JOIN notifier.email_outbox o
-      ON o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
-    JOIN notifier.verifications v ON v.id = o.verification_id
-    FOR UPDATE OF o
-), decided AS (
-    -- The next status: mirrors notifier.outcomes.settle, case for case (and
-    -- tests/integration/test_outcomes_sql.py runs both over every case).
-    SELECT i.*, h.attempts, h.unknown_outcomes,
-           CASE
-               WHEN i.outcome IN ('sent', 'verified') THEN 'sent'
-               WHEN i.outcome = 'permanent' THEN 'failed'
-               WHEN i.outcome IN ('expired', 'superseded') THEN 'expired'
-               -- Each retry after an unknown outcome may be a duplicate: stop after a few.
-               WHEN i.outcome = 'unknown' AND h.unknown_outcomes + 1 >= $13 THEN 'failed'
-               WHEN h.attempts >= h.max_attempts THEN 'failed'
-               -- A retry that would land after the link expires would send a dead link.
-               WHEN now() + make_interval(secs => i.retry_delay) >= h.expires_at THEN 'expired'
-               ELSE 'pending'
-           END AS new_status
-    FROM input i JOIN held h ON h.id = i.id
-), updated AS (
-    UPDATE notifier.email_outbox o SET
-        status = d.new_status,
-        lease_owner = NULL,
-        lease_token = NULL,
-        lease_until = NULL,
-        next_attempt_at = CASE WHEN d.new_status = 'pending'
-                               THEN now() + make_interval(secs => d.retry_delay)
-                               ELSE o.next_attempt_at END,
-        unknown_outcomes = o.unknown_outcomes + CASE WHEN d.outcome = 'unknown' THEN 1 ELSE 0 END,
-        provider_message_id = coalesce(d.provider_message_id, o.provider_message_id),
-        last_outcome = d.outcome,
-        last_error = CASE
-            WHEN d.new_status = 'sent' THEN NULL
-            WHEN d.new_status = 'failed' AND d.outcome = 'unknown'
-                 AND d.unknown_outcomes + 1 >= $13
-                THEN 'flagged: the outcome was unknown ' || (d.unknown_outcomes + 1)
-                     || ' times, so it is not sent again (each retry may be a duplicate); last: '
-                     || coalesce(d.detail, 'no reply')
-            WHEN d.new_status = 'failed' AND d.outcome <> 'permanent'
-                THEN 'gave up after ' || d.attempts || ' attempts; last: '
-                     || coalesce(d.detail, d.outcome)
-            WHEN d.new_status = 'expired' AND d.outcome IN ('transient', 'unknown')
-                THEN 'the link would expire before the next attempt; last: '
-                     || coalesce(d.detail, d.outcome)
-            ELSE d.detail
-        END,
-        completed_at = CASE WHEN d.new_status = 'pending' THEN NULL ELSE now() END,
-        updated_at = now()
-    FROM decided d
-    WHERE o.id = d.id
-    RETURNING o.id, o.status, o.next_attempt_at
-), suppressed AS (
-    -- Only a refusal the recipient's own mailbox caused (the worker decides which: see
-    -- mailer.refusal_of) suppresses it, keyed by canonical mailbox, for a while.
-    INSERT INTO notifier.suppressed_addresses AS s
-        (email, reason, smtp_code, outbox_id, expires_at)
-    SELECT coalesce(v.mailbox, lower(v.email)), coalesce(d.detail, 'permanent failure'),
-           d.smtp_code, d.id,
-           now() + make_interval(secs => $16)
-    FROM decided d
-    JOIN notifier.email_outbox o ON o.id = d.id
-    JOIN notifier.verifications v ON v.id = o.verification_id
-    WHERE d.outcome = 'permanent' AND d.suppress
-    ON CONFLICT (email) DO UPDATE SET
-        reason = excluded.reason, smtp_code = excluded.smtp_code,
-        outbox_id = excluded.outbox_id, suppressed_at = now(), expires_at = excluded.expires_at
-), recorded AS (
-    INSERT INTO notifier.delivery_attempts
-        (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, smtp_code,
-         detail, provider_message_id, body_sent, lease_held, duration_ms, claimed_at)
-    SELECT i.id, i.attempt, $12, i.token, i.discovered_by,
-           CASE WHEN u.id IS NULL AND i.outcome NOT IN ('sent', 'unknown')
-                THEN 'lease_lost' ELSE i.outcome END,
-           i.smtp_code, i.detail, i.provider_message_id, i.body_sent, u.id IS NOT NULL,
-           i.duration_ms, i.claimed_at
-    FROM input i LEFT JOIN updated u ON u.id = i.id
-)
-SELECT i.id, u.status, u.next_attempt_at, u.id IS NOT NULL AS lease_held
-FROM input i LEFT JOIN updated u ON u.id = i.id;
+-- Settles a batch of attempts in one statement (complete_v1, schema/0013): each row changes
+-- only while its lease is still held (invariant 3), and every attempt is recorded, held or
+-- not. One row back per attempt: id, status, next_attempt_at, lease_held.
+SELECT * FROM notifier.complete_v1($1::bigint[], $2::uuid[], $3::text[], $4::float8[],
+                                   $5::int[], $6::text[], $7::text[], $8::float8[],
+                                   $9::bool[], $10::int[], $11::text[], $12, $13,
+                                   $14::timestamptz[], $15::bool[], $16);
 
 -- name: release_leases
 -- $1: outbox ids, $2: lease tokens, $3: lease owner. Shutdown hands back rows whose

@@ -67,6 +67,8 @@ LINK_SAFETY_SECONDS = 1.0
 # connection, say) is checked against the database first, before MAIL FROM: a fresh claim
 # already settled everything the database knew.
 RECHECK_AFTER_FRACTION = 0.1
+# The name every send task carries.
+SEND_TASK_NAME = "notifier.worker.deliver"
 # Local retry deadlines are padded so the claim never arrives before the database's due time.
 RETRY_TIMER_MARGIN_SECONDS = 0.005
 
@@ -343,7 +345,8 @@ class Worker:
             for row, claim in rows:
                 if row.fate == "send":
                     sending += 1
-                    sends.start_soon(self._deliver, row, claim)
+                    # Named: anyio would otherwise derive a name from the function each time.
+                    sends.start_soon(self._deliver, row, claim, name=SEND_TASK_NAME)
                 else:
                     self.observer.notice(events.Settled(row.id, row.fate))
             for _ in range(free - sending):
@@ -561,23 +564,32 @@ class Worker:
         # Shielded: a result the mail server already gave must reach the database, even
         # during shutdown, or the row would be sent again after its lease expires.
         settle = {"notifier.outcome": completion.outcome, "messaging.operation.type": "settle"}
-        with child_span(f"settle {DESTINATION}", settle) as span, anyio.CancelScope(shield=True):
+        with child_span(f"settle {DESTINATION}", settle) as span:
             for delay in (*COMPLETION_RETRY_DELAYS, None):
-                try:
-                    with anyio.fail_after(CLEANUP_TIMEOUT_SECONDS):
+                # One scope both shields the attempt and bounds it (cheaper than a shielded
+                # scope around fail_after, and this runs once per delivery).
+                deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
+                error: Exception | None = None
+                with anyio.CancelScope(shield=True, deadline=deadline) as attempt:
+                    try:
                         done = await self._completer.submit(completion)
+                    except Exception as exc:
+                        error = exc
+                if done is not None:
                     break
-                except Exception as exc:
-                    if delay is None:
-                        log.error(
-                            "could not record the %s outcome of delivery %d (%s); its lease "
-                            "will expire and it will be retried",
-                            completion.outcome,
-                            completion.id,
-                            exc,
-                        )
-                        self.observer.notice(events.CompletionFailed(completion.id))
-                        return
+                if error is None and attempt.cancelled_caught:
+                    error = TimeoutError(f"no answer within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
+                if delay is None:
+                    log.error(
+                        "could not record the %s outcome of delivery %d (%s); its lease "
+                        "will expire and it will be retried",
+                        completion.outcome,
+                        completion.id,
+                        error,
+                    )
+                    self.observer.notice(events.CompletionFailed(completion.id))
+                    return
+                with anyio.CancelScope(shield=True):
                     await anyio.sleep(delay)
             if span is not None and done is not None:
                 span.set_attribute("notifier.status", done.status or "unchanged")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import binascii
 import email
 import email.policy
 import re
@@ -401,3 +402,41 @@ def test_expiry_line_of_a_one_minute_link_says_one_minute() -> None:
     for body in (message.text, message.html):
         assert "1 minute" in body
         assert "0 minutes" not in body and "1 minutes" not in body
+
+
+QUOTED_PRINTABLE_CASES = [
+    "",
+    "\n",
+    "a\n\n\nb",
+    ".",
+    "trailing space \nand tab\t",
+    "=" * 200,
+    "x" * 75 + " ",
+    "x" * 76,
+    "x" * 77 + "\r\n" + "y" * 300,
+    "bare\rcarriage returns\r\r\n",
+    "Grüße, € and ünïcödé on a line long enough to be folded by the encoder " * 3,
+]
+
+
+@pytest.mark.parametrize("text", QUOTED_PRINTABLE_CASES)
+def test_bodies_are_encoded_line_by_line_exactly_as_the_whole_text_would_be(text: str) -> None:
+    # The body is encoded one cached line at a time; the bytes must be those of encoding
+    # the whole text at once with CRLF line ends.
+    from notifier.messages import _quoted_printable
+
+    whole = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not whole.endswith("\n"):
+        whole += "\n"
+    expected = binascii.b2a_qp(whole.encode("utf-8"), istext=True).replace(b"\n", b"\r\n")
+    assert _quoted_printable(text) == expected
+
+
+def test_shipped_template_bodies_are_encoded_exactly_as_the_whole_text_would_be() -> None:
+    from notifier.messages import _quoted_printable
+
+    for chosen in Templates.load(None).sets.values():
+        for body in (chosen.text.template, chosen.html.template):
+            whole = body if body.endswith("\n") else body + "\n"
+            expected = binascii.b2a_qp(whole.encode("utf-8"), istext=True)
+            assert _quoted_printable(body) == expected.replace(b"\n", b"\r\n"), chosen.locale
