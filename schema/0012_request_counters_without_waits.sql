@@ -1,10 +1,16 @@
--- Why: every request of one domain (and all requests: the global budget) incremented one of
--- four counter rows per slice, picked at random, and held its row lock until COMMIT, so
--- concurrent requests queued behind each other's commits (most of a request's time at four
--- producers). request_v2 takes any counter row of the slice that no other transaction holds
--- and adds one of its own (numbered by its backend) when all are held; the Python side no
--- longer picks shards. Everything else is request_v1's, unchanged. request_v1 stays for
--- processes still calling it during an upgrade.
+-- Why: two costs of request_v1 under sustained load.
+-- 1. Every request of one domain (and every request: the global budget) incremented one of
+--    four counter rows per slice, picked at random, and held its row lock until COMMIT, so
+--    concurrent requests queued behind each other's commits. request_v2 counts on any
+--    counter row of the slice no other transaction holds (SKIP LOCKED), or on one of its
+--    own (numbered by its backend) when all are held; the Python side no longer picks shards.
+-- 2. Supersession joined the superseded verifications to the outbox; a plan made while the
+--    table had no statistics read every pending row through the partial index of pending
+--    rows, so each request cost in proportion to the backlog. It now settles each superseded
+--    row by its unique key, and, like claim_v3, the function keeps one plan per session with
+--    sequential scans ruled out (every statement in it reaches rows by key).
+-- Everything else is request_v1's, unchanged. request_v1 stays for processes still calling
+-- it during an upgrade.
 
 CREATE FUNCTION notifier.request_v2(
     p_id uuid, p_user_id text, p_email text, p_mailbox text, p_purpose text, p_locale text,
@@ -19,7 +25,10 @@ CREATE FUNCTION notifier.request_v2(
     result text, id uuid, status text, expires_at timestamptz, outbox_id bigint,
     retry_after integer, limit_scope text
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
 #variable_conflict use_column
 DECLARE
     found_id uuid;
@@ -31,6 +40,7 @@ DECLARE
     new_expires timestamptz;
     new_outbox bigint;
     now_slice timestamptz;
+    earlier uuid;
 BEGIN
     -- Serialise requests that could race on one client's key, one user's limit or one
     -- mailbox's limit, until the transaction ends; always in this order, so none deadlock.
@@ -167,19 +177,21 @@ BEGIN
 
     -- Earlier unverified verifications for the same recipient stop working; their unsent
     -- deliveries are settled now rather than sent.
-    WITH superseded AS (
+    FOR earlier IN
         UPDATE notifier.verifications v
         SET superseded_at = now()
         WHERE v.user_id = p_user_id AND v.email = p_email AND v.purpose = p_purpose
           AND v.id <> p_id AND v.verified_at IS NULL AND v.superseded_at IS NULL
         RETURNING v.id
-    )
-    UPDATE notifier.email_outbox o
-    SET status = 'expired', last_outcome = 'superseded', completed_at = now(),
-        updated_at = now(),
-        last_error = 'a newer verification replaced this one before it was sent'
-    FROM superseded s
-    WHERE o.verification_id = s.id AND o.status = 'pending';
+    LOOP
+        -- One row by its unique key: as a join, a plan made before the table had statistics
+        -- read every pending row through the partial index instead.
+        UPDATE notifier.email_outbox o
+        SET status = 'expired', last_outcome = 'superseded', completed_at = now(),
+            updated_at = now(),
+            last_error = 'a newer verification replaced this one before it was sent'
+        WHERE o.verification_id = earlier AND o.status = 'pending';
+    END LOOP;
 
     RETURN QUERY SELECT 'accepted', p_id, 'pending', new_expires, new_outbox,
                         NULL::integer, NULL::text;
