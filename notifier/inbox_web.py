@@ -8,16 +8,16 @@ from collections.abc import AsyncIterator
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 from urllib.parse import urlsplit
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.responses import StreamingResponse
 
 from notifier import inbox_pages
-from notifier.access import access
+from notifier.access import ScopedRoute, access
 from notifier.inbox import Captured, Inbox
 from notifier.inbox_pages import View
 
@@ -62,83 +62,100 @@ _HEAD = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
 def add_routes(app: FastAPI, inbox: Inbox, key_file: Path) -> None:
     """`/`, `/dev/inbox` (list), `/dev/inbox/{n}` (one message, `?view=html|text|headers|raw`),
     `/dev/inbox/{n}/html` and `/raw`, `/dev/inbox.json`, `/dev/inbox/events` (server-sent
-    events), `POST /dev/inbox/delete-all`, and `/dev/static/*`."""
+    events), `POST /dev/inbox/delete-all`, and `/dev/static/*`, over `inbox`."""
+    app.state.inbox = inbox
+    app.state.dev_key_file = key_file
+    app.include_router(routes)
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
-    async def landing(request: Request) -> HTMLResponse:
-        page = inbox_pages.landing_page(str(request.base_url), len(inbox.messages), key_file)
-        return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **OPEN)
-    async def inbox_list(q: str = "") -> HTMLResponse:
-        query = q[:MAX_QUERY_CHARS]
-        page = inbox_pages.inbox_page(
-            inbox.search(query), len(inbox.messages), query, inbox.version
-        )
-        return HTMLResponse(page, headers=PAGE_HEADERS)
+async def _inbox(request: Request) -> Inbox:
+    return request.app.state.inbox  # type: ignore[no-any-return]
 
-    @app.get("/dev/inbox.json", include_in_schema=False, **OPEN)
-    async def inbox_json(q: str = "") -> JSONResponse:
-        listed = [_summary(m) for m in inbox.search(q[:MAX_QUERY_CHARS])]
-        headers = {
-            "Cache-Control": "no-store",
-            # How many there are in all, whatever the search, and which state this is.
-            "X-Inbox-Total": str(len(inbox.messages)),
-            "X-Inbox-Version": str(inbox.version),
-        }
-        return JSONResponse(listed, headers=headers)
 
-    @app.get("/dev/inbox/events", include_in_schema=False, **OPEN)
-    async def inbox_events() -> StreamingResponse:
-        return StreamingResponse(
-            _events(inbox),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+Captures = Annotated[Inbox, Depends(_inbox)]
+routes = APIRouter(route_class=ScopedRoute)
 
-    @app.post("/dev/inbox/delete-all", include_in_schema=False, **OPEN)
-    async def delete_all(request: Request) -> Response:
-        if not _same_origin(request):
-            return HTMLResponse("Refused: not sent from the inbox page.", 403, PAGE_HEADERS)
-        inbox.clear()
-        return RedirectResponse("/dev/inbox", status_code=303, headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False, **OPEN)
-    async def message_page(number: str, view: str = "") -> HTMLResponse:
-        opened = inbox.open(int(number)) if number.isdigit() else None
-        if opened is None:
-            return HTMLResponse(
-                inbox_pages.not_found_page(number, inbox.capacity), 404, PAGE_HEADERS
-            )
-        chosen: View = view if view in get_args(View) else "html"  # type: ignore[assignment]
-        if chosen == "html" and opened.html is None:
-            chosen = "text"
-        return HTMLResponse(inbox_pages.message_page(opened, chosen), headers=PAGE_HEADERS)
+@routes.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
+async def landing(request: Request, inbox: Captures) -> HTMLResponse:
+    key_file: Path = request.app.state.dev_key_file
+    page = inbox_pages.landing_page(str(request.base_url), len(inbox.messages), key_file)
+    return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    @app.get("/dev/inbox/{number}/html", include_in_schema=False, **OPEN)
-    async def message_html(number: int) -> Response:
-        opened = inbox.open(number)
-        if opened is None or opened.html is None:
-            return Response("No HTML part.", 404, FRAME_HEADERS, "text/plain; charset=utf-8")
-        return Response(_links_open_outside(opened.html), 200, FRAME_HEADERS, "text/html")
 
-    @app.get("/dev/inbox/{number}/raw", include_in_schema=False, **OPEN)
-    async def message_raw(number: int) -> Response:
-        opened = inbox.open(number)
-        if opened is None:
-            return Response("No such message.", 404, PAGE_HEADERS, "text/plain; charset=utf-8")
-        headers = {
-            **PAGE_HEADERS,
-            "Content-Disposition": f'attachment; filename="message-{number}.eml"',
-        }
-        return Response(opened.raw, 200, headers, "message/rfc822")
+@routes.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **OPEN)
+async def inbox_list(inbox: Captures, q: str = "") -> HTMLResponse:
+    query = q[:MAX_QUERY_CHARS]
+    page = inbox_pages.inbox_page(inbox.search(query), len(inbox.messages), query, inbox.version)
+    return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    @app.get("/dev/static/{name}", include_in_schema=False, **OPEN)
-    async def asset(name: str) -> Response:
-        if name not in _ASSETS:
-            return Response("Not found.", 404, media_type="text/plain")
-        headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
-        return Response(_asset(name), 200, headers, _ASSETS[name])
+
+@routes.get("/dev/inbox.json", include_in_schema=False, **OPEN)
+async def inbox_json(inbox: Captures, q: str = "") -> JSONResponse:
+    listed = [_summary(m) for m in inbox.search(q[:MAX_QUERY_CHARS])]
+    headers = {
+        "Cache-Control": "no-store",
+        # How many there are in all, whatever the search, and which state this is.
+        "X-Inbox-Total": str(len(inbox.messages)),
+        "X-Inbox-Version": str(inbox.version),
+    }
+    return JSONResponse(listed, headers=headers)
+
+
+@routes.get("/dev/inbox/events", include_in_schema=False, **OPEN)
+async def inbox_events(inbox: Captures) -> StreamingResponse:
+    return StreamingResponse(
+        _events(inbox),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@routes.post("/dev/inbox/delete-all", include_in_schema=False, **OPEN)
+async def delete_all(request: Request, inbox: Captures) -> Response:
+    if not _same_origin(request):
+        return HTMLResponse("Refused: not sent from the inbox page.", 403, PAGE_HEADERS)
+    inbox.clear()
+    return RedirectResponse("/dev/inbox", status_code=303, headers=PAGE_HEADERS)
+
+
+@routes.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False, **OPEN)
+async def message_page(inbox: Captures, number: str, view: str = "") -> HTMLResponse:
+    opened = inbox.open(int(number)) if number.isdigit() else None
+    if opened is None:
+        return HTMLResponse(inbox_pages.not_found_page(number, inbox.capacity), 404, PAGE_HEADERS)
+    chosen: View = view if view in get_args(View) else "html"  # type: ignore[assignment]
+    if chosen == "html" and opened.html is None:
+        chosen = "text"
+    return HTMLResponse(inbox_pages.message_page(opened, chosen), headers=PAGE_HEADERS)
+
+
+@routes.get("/dev/inbox/{number}/html", include_in_schema=False, **OPEN)
+async def message_html(inbox: Captures, number: int) -> Response:
+    opened = inbox.open(number)
+    if opened is None or opened.html is None:
+        return Response("No HTML part.", 404, FRAME_HEADERS, "text/plain; charset=utf-8")
+    return Response(_links_open_outside(opened.html), 200, FRAME_HEADERS, "text/html")
+
+
+@routes.get("/dev/inbox/{number}/raw", include_in_schema=False, **OPEN)
+async def message_raw(inbox: Captures, number: int) -> Response:
+    opened = inbox.open(number)
+    if opened is None:
+        return Response("No such message.", 404, PAGE_HEADERS, "text/plain; charset=utf-8")
+    headers = {
+        **PAGE_HEADERS,
+        "Content-Disposition": f'attachment; filename="message-{number}.eml"',
+    }
+    return Response(opened.raw, 200, headers, "message/rfc822")
+
+
+@routes.get("/dev/static/{name}", include_in_schema=False, **OPEN)
+async def asset(name: str) -> Response:
+    if name not in _ASSETS:
+        return Response("Not found.", 404, media_type="text/plain")
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    return Response(_asset(name), 200, headers, _ASSETS[name])
 
 
 def _summary(message: Captured) -> dict[str, Any]:

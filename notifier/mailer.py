@@ -47,6 +47,10 @@ class Gate(Protocol):
         ...
 
 
+NO_SMTPUTF8 = (
+    "the server does not offer SMTPUTF8, which an address with non-ASCII characters before "
+    "the @ needs"
+)
 # Replies are stored with the delivery and copied into logs and spans; a server can send
 # kilobytes of text, and none of it is worth keeping beyond this.
 REPLY_LIMIT_CHARS = 500
@@ -262,25 +266,9 @@ class SmtpTransport:
             phase = "mail"
             if utf8 and not client.supports_extension("smtputf8"):
                 keep = True
-                return _result(
-                    "permanent",
-                    started,
-                    reply="the server does not offer SMTPUTF8, which an address with non-ASCII "
-                    "characters before the @ needs",
-                    refusal="message",
-                )
+                return _result("permanent", started, reply=NO_SMTPUTF8, refusal="message")
             encoding = "utf-8" if utf8 else "ascii"
-            try:
-                await client.mail(
-                    message.sender,
-                    options=_mail_options(client, len(payload), utf8),
-                    encoding=encoding,
-                    timeout=s.command_timeout,
-                )
-            except ConnectionError as exc:
-                if reused:
-                    raise _StaleConnection from exc
-                raise
+            await self._mail_from(client, message.sender, len(payload), utf8, reused)
             phase = "rcpt"
             await client.rcpt(message.recipient, encoding=encoding, timeout=s.command_timeout)
             if not _may_send_body(gate):
@@ -322,6 +310,22 @@ class SmtpTransport:
                     self._idle.append(client)
                 else:
                     client.close()
+
+    async def _mail_from(
+        self, client: SMTP, sender: str, size: int, utf8: bool, reused: bool
+    ) -> None:
+        """MAIL FROM; a pooled connection the server dropped meanwhile is _StaleConnection."""
+        try:
+            await client.mail(
+                sender,
+                options=_mail_options(client, size, utf8),
+                encoding="utf-8" if utf8 else "ascii",
+                timeout=self._settings.command_timeout,
+            )
+        except ConnectionError as exc:
+            if reused:
+                raise _StaleConnection from exc
+            raise
 
     def _new_client(self) -> SMTP:
         s = self._settings
