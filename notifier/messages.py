@@ -87,8 +87,8 @@ class OutgoingMessage:
         The email package's modern policy spends about a millisecond per message folding
         headers, which caps a worker at a few hundred sends a second. This message always
         has the same shape, so when its addresses and header values are plain ASCII it is
-        assembled directly (bodies encoded by binascii's quoted-printable); anything else
-        goes through the email package.
+        assembled directly (bodies as they are, or in binascii's quoted-printable); anything
+        else goes through the email package.
         """
         headers = (self.sender, self.recipient, self.message_id)
         if not all(h.isascii() for h in headers):
@@ -97,7 +97,8 @@ class OutgoingMessage:
         if not subject.isascii() or len(subject) > MAX_PLAIN_SUBJECT:
             subject = Header(subject, "utf-8").encode(linesep="\r\n")
         date = email.utils.format_datetime(self.date or datetime.now(UTC))
-        # "=_" never occurs in quoted-printable output, so no body can contain the boundary.
+        # "=_" never occurs in quoted-printable output, and a 7bit body would have to guess
+        # 96 random bits: no body contains the boundary.
         boundary = f"=_notifier_{secrets.token_hex(12)}"
         head = (
             f"From: {_from_header(self.sender_name, self.sender)}\r\nTo: {self.recipient}\r\n"
@@ -107,11 +108,12 @@ class OutgoingMessage:
         )
         parts = [head.encode("ascii")]
         for subtype, body in (("plain", self.text), ("html", self.html)):
+            encoding, encoded = _transfer_encoded(body)
             parts.append(
                 f'--{boundary}\r\nContent-Type: text/{subtype}; charset="utf-8"\r\n'
-                "Content-Transfer-Encoding: quoted-printable\r\n\r\n".encode("ascii")
+                f"Content-Transfer-Encoding: {encoding}\r\n\r\n".encode("ascii")
             )
-            parts.append(_quoted_printable(body))
+            parts.append(encoded)
             parts.append(b"\r\n")
         parts.append(f"--{boundary}--\r\n".encode("ascii"))
         return b"".join(parts)
@@ -153,6 +155,25 @@ def _from_header(name: str, address: str) -> str:
     header["From"] = Address(display_name=name, addr_spec=address)
     folded: str = email.policy.SMTP.fold("From", header["From"])
     return folded.removeprefix("From: ").removesuffix("\r\n")
+
+
+# RFC 5322's limit on a line, line end excluded.
+MAX_LINE_OCTETS = 998
+
+
+def _transfer_encoded(text: str) -> tuple[str, bytes]:
+    """A body's Content-Transfer-Encoding and its bytes with CRLF line ends: as it is
+    ("7bit") when it is ASCII in lines any server takes, which costs nothing to encode;
+    quoted-printable otherwise. Either way the message stays 7-bit: no server needs
+    8BITMIME for it."""
+    normalised = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = normalised.split("\n")
+    if normalised.endswith("\n"):
+        lines.pop()  # the text's own last line end, not an empty line after it
+    plain = normalised.isascii() and "\0" not in normalised
+    if plain and max(map(len, lines), default=0) <= MAX_LINE_OCTETS:
+        return "7bit", "".join([line + "\r\n" for line in lines]).encode("ascii")
+    return "quoted-printable", _quoted_printable(text)
 
 
 def _quoted_printable(text: str) -> bytes:

@@ -291,6 +291,42 @@ def test_fast_bytes_keep_every_line_short_and_crlf_terminated() -> None:
     assert raw.isascii()
 
 
+def transfer_encodings(raw: bytes) -> list[str]:
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(parsed, EmailMessage)
+    return [str(part["Content-Transfer-Encoding"]) for part in parsed.iter_parts()]
+
+
+def test_an_ascii_body_in_short_lines_goes_out_as_it_is() -> None:
+    message = compose(Templates.load(None))
+    raw = message.to_bytes()
+    assert transfer_encodings(raw) == ["7bit", "7bit"]
+    assert b"https://app.example.com/verify?token=abc&x=1\r\n" in raw  # not encoded at all
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["Grüße ✓", "x" * 1200, "nul\0here"],
+    ids=["not ascii", "a line over 998 octets", "a NUL"],
+)
+def test_any_other_body_goes_out_quoted_printable_and_reads_the_same(extra: str) -> None:
+    message = compose(Templates.load(None))
+    message = OutgoingMessage(
+        message.message_id,
+        message.sender,
+        message.recipient,
+        message.subject,
+        message.text + extra + "\n",
+        message.html,
+        message.date,
+    )
+    raw = message.to_bytes()
+    assert transfer_encodings(raw) == ["quoted-printable", "7bit"]
+    assert raw.isascii() and max(len(line) for line in raw.split(b"\r\n")) <= 998
+    text, _ = headers_and_bodies(raw)[1]
+    assert text.replace("\r\n", "\n") == message.text
+
+
 def test_from_header_carries_the_senders_display_name() -> None:
     templates = Templates.load(None, product_name="Acme", sender_name="Acme Accounts")
     parsed = parse(compose(templates, sender="noreply@acme.test"))
