@@ -46,20 +46,17 @@ from notifier.console import TRACE_URL_STATE, console, home
 from notifier.queries import sql
 from notifier.redact import redact_email
 from notifier.responses import OrjsonResponse
-from notifier.telemetry import ServerSpans
 from notifier.verifications import VerificationResult, request_verification
-from notifier.version import __version__
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,
-    BodyGuard,
     Conn,
     NotFound,
     Services,
     Svc,
     errors,
-    install_error_handlers,
     json_errors,
+    listener_app,
     probes,
     require_json,
 )
@@ -85,30 +82,20 @@ def create_internal_app(
     `with_home`: `/` leads to the console (False: the caller serves `/`, as `notifier dev`
     does).
     """
-    app = FastAPI(
-        title="notifier",
-        version=__version__,
+    app = listener_app(
+        "notifier",
+        services,
         description="Email-verification delivery over a PostgreSQL outbox. Every operation "
         "but the probes needs an API key (`Authorization: Bearer nfk_...`) with the scope its "
         "`x-notifier-access` names.",
-        default_response_class=OrjsonResponse,
-        # Served below, behind a key, from assets in a package: no CDN, works offline.
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        # FastAPI's own telemetry would put the query string on its spans (`url.query`);
-        # ServerSpans records spans instead.
-        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        # A caller's trace is continued only once it proved who it is.
+        trust_incoming=trusted_caller,
     )
-    app.router.route_class = ScopedRoute
-    app.state.services = services
     setattr(app.state, TRACE_URL_STATE, trace_url)
-    # Outermost first: who is calling, then their span (continuing their trace only if they
-    # proved who they are), then the body's bounds.
-    app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
-    app.add_middleware(ServerSpans, trust_incoming=trusted_caller)
+    # Outermost: who is calling, before their span and the body's bounds.
     app.add_middleware(Authentication)
-    install_error_handlers(app)
     for router in (verifications, suppression_routes, operations, sign_in_routes, console):
         app.include_router(router)
     if with_home:

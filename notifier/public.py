@@ -19,21 +19,18 @@ from notifier import pages
 from notifier.access import ScopedRoute, access
 from notifier.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
 from notifier.responses import OrjsonResponse, html
-from notifier.telemetry import ServerSpans
 from notifier.tokens import looks_like_token
 from notifier.verifications import Confirmation, RequestError, confirm, request_verification
-from notifier.version import __version__
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     DATABASE_TIMEOUT_SECONDS,
     MAX_BODY_BYTES,
-    BodyGuard,
     Services,
     Svc,
     errors,
     html_pages,
-    install_error_handlers,
     json_errors,
+    listener_app,
     probes,
     require_json,
 )
@@ -63,20 +60,14 @@ def create_public_app(
     body_timeout: float = BODY_TIMEOUT_SECONDS,
 ) -> FastAPI:
     """The public ASGI app over shared `services` (whose pool the caller owns)."""
-    app = FastAPI(
-        title="notifier public pages",
-        version=__version__,
-        default_response_class=OrjsonResponse,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+    app = listener_app(
+        "notifier public pages",
+        services,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        # Nobody here proves who they are: a new trace for every request.
+        trust_incoming=None,
     )
-    app.router.route_class = ScopedRoute
-    app.state.services = services
-    app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
-    app.add_middleware(ServerSpans, trust_incoming=None)
-    install_error_handlers(app)
     app.include_router(links)
     app.include_router(probes)
     return app

@@ -7,7 +7,7 @@ ASGI apps on separate listeners; this module holds the plumbing they have in com
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -24,7 +24,9 @@ from notifier.apikeys import KeyRing
 from notifier.database import UNREACHABLE_MIDWAY
 from notifier.queries import sql
 from notifier.responses import OrjsonResponse, error
+from notifier.telemetry import ServerSpans
 from notifier.verifications import Policy, RequestError, Throttled
+from notifier.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +185,41 @@ class _TooSlow(BaseException):
 
 # FastAPI's 400 for a body it cannot decode at all (not UTF-8, a broken form).
 _UNREADABLE_BODY = "There was an error parsing the body"
+
+
+def listener_app(
+    title: str,
+    services: Services,
+    *,
+    max_body_bytes: int,
+    body_timeout: float,
+    trust_incoming: Callable[[Any], bool] | None,
+    description: str = "",
+) -> FastAPI:
+    """An app as each listener starts it: its services, scoped routes, JSON errors, spans and
+    body bounds; no docs routes (the internal app serves its own, behind a key).
+
+    `trust_incoming`: which callers' `traceparent` is continued (None: nobody's).
+    """
+    app = FastAPI(
+        title=title,
+        version=__version__,
+        description=description,
+        default_response_class=OrjsonResponse,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # FastAPI's own telemetry would put the query string (a link's token) on its spans
+        # (`url.query`); ServerSpans records spans instead.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+    )
+    app.router.route_class = ScopedRoute
+    app.state.services = services
+    # Added innermost first: a caller's span, then the body's bounds.
+    app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
+    app.add_middleware(ServerSpans, trust_incoming=trust_incoming)
+    install_error_handlers(app)
+    return app
 
 
 def install_error_handlers(app: FastAPI) -> None:
