@@ -47,8 +47,8 @@ from notifier.tokens import TokenKeys, UnknownKeyError
 
 log = logging.getLogger(__name__)
 
-# A completion that cannot reach the database is retried after these delays (seconds);
-# if all fail, the lease expires and the row is retried by whoever claims it next.
+# A completion or release that cannot reach the database is retried after these delays
+# (seconds); if all fail, the lease expires and the row is retried by whoever claims it next.
 COMPLETION_RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 4.0)
 # Upper bound on one release or completion statement during shutdown, seconds.
 CLEANUP_TIMEOUT_SECONDS = 10.0
@@ -341,15 +341,22 @@ class Worker:
                 self.intake.request_sweep("sweep")
                 await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
                 continue
-            sending = 0
+            to_send: list[tuple[Claimed, _Claim]] = []
             for row, claim in rows:
                 if row.fate == "send":
-                    sending += 1
-                    # Named: anyio would otherwise derive a name from the function each time.
-                    sends.start_soon(self._deliver, row, claim, name=SEND_TASK_NAME)
+                    to_send.append((row, claim))
                 else:
                     self.observer.notice(events.Settled(row.id, row.fate))
-            for _ in range(free - sending):
+            if self._stopping:
+                # Answered after shutdown began: what the claim leased goes back unsent.
+                await self._release_held(
+                    [Held(r.id, r.lease_token) for r, _ in to_send if r.lease_token is not None]
+                )
+                to_send = []
+            for row, claim in to_send:
+                # Named: anyio would otherwise derive a name from the function each time.
+                sends.start_soon(self._deliver, row, claim, name=SEND_TASK_NAME)
+            for _ in range(free - len(to_send)):
                 slots.release()
 
     async def _claim(self, limit: int) -> list[tuple[Claimed, _Claim]]:
@@ -361,6 +368,8 @@ class Worker:
                 by_discovery.setdefault(discovery, []).append(outbox_id)
             claimed: list[tuple[Claimed, _Claim]] = []
             for discovery, ids in by_discovery.items():
+                if self._stopping:
+                    break
                 claimed += await self._timed_claim(self.leases.claim_ids(ids, discovery), discovery)
             now = time.monotonic()
             for row, _ in claimed:
@@ -385,7 +394,17 @@ class Worker:
         # plus its length, whatever the network did to the reply.
         sent_at = time.monotonic()
         started = time.time_ns()
-        rows = await statement
+        # Shielded: once sent, the claim may commit, and then its rows are leased to this
+        # worker whether or not the answer arrives. Shutdown cancelling the wait would leave
+        # them leased after a clean exit (invariant 7), so the answer is always awaited;
+        # bounded so that a database that never answers cannot hold shutdown forever.
+        rows: list[Claimed] | None = None
+        with anyio.CancelScope(
+            shield=True, deadline=anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
+        ):
+            rows = await statement
+        if rows is None:
+            raise TimeoutError(f"no answer to the claim within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
         claim = record_claim_batch(
             rows, discovered_by, self.owner, started, time.time_ns(), self._traced
         )
@@ -618,14 +637,39 @@ class Worker:
         )
 
     async def _release(self, flight: _Flight) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_SECONDS):
-            try:
-                await self.leases.release([Held(flight.row.id, flight.token)])
-                self.observer.notice(events.Released(flight.row.id))
-            except Exception as exc:
-                log.warning(
-                    "could not release delivery %d (%s); its lease will expire", flight.row.id, exc
-                )
+        await self._release_held([Held(flight.row.id, flight.token)])
+
+    async def _release_held(self, held: list[Held]) -> None:
+        """Hand rows back uncounted, before anything was sent.
+
+        Shielded, and retried like a completion: shutdown often meets a database that is
+        restarting too, and a row left leased waits out its lease before anyone sends it.
+        """
+        if not held:
+            return
+        error: Exception | None = None
+        for delay in (*COMPLETION_RETRY_DELAYS, None):
+            deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
+            with anyio.CancelScope(shield=True, deadline=deadline) as attempt:
+                try:
+                    await self.leases.release(held)
+                except Exception as exc:
+                    error = exc
+                else:
+                    for h in held:
+                        self.observer.notice(events.Released(h.id))
+                    return
+            if attempt.cancelled_caught:
+                error = TimeoutError(f"no answer within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
+            if delay is None:
+                break
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(delay)
+        log.warning(
+            "could not release deliveries %s (%s); their leases will expire",
+            ", ".join(str(h.id) for h in held),
+            error,
+        )
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -28,7 +28,9 @@ from tests.support.deliveries import (
     outbox_row,
 )
 from tests.support.recorder import Recorder, recorded
+from tests.support.relay import relay_to
 from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
+from tests.support.traffic import wait_until
 from tests.support.workers import PUBLIC_URL, running_worker
 
 pytestmark = pytest.mark.anyio
@@ -493,6 +495,75 @@ async def test_shutdown_past_its_grace_releases_unsent_rows_uncounted(
         await db.fetchval("SELECT count(*) FROM notifier.email_outbox WHERE status = 'sending'")
         == 0
     )
+
+
+async def test_a_claim_answered_after_shutdown_began_hands_its_rows_back_uncounted(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # The claim commits on the server, then stop() arrives while its answer is still on the
+    # way: the worker must still learn of the rows it holds, or they stay leased after it
+    # exits (invariant 7).
+    async with (
+        relay_to(database_url) as relay,
+        running_worker(
+            database_url,
+            keys,
+            smtp_server.settings(),
+            pool_url=relay.relayed_url,
+            # The listener's health check would otherwise need pool connections the relay
+            # holds: the pool's one idle connection is left for the claim.
+            listener_check_interval=60.0,
+        ) as worker,
+    ):
+        # One delivery first, so the claim is a prepared statement: one message each way.
+        await enqueue(db, keys, "early@example.com")
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+        relay.hold()
+        enqueued = await enqueue(db, keys, "late@example.com", user_id="late")
+
+        async def leased() -> bool:
+            return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
+
+        await wait_until(leased, WAIT, "the claim committed on the server")
+        worker.stop()
+        await anyio.sleep(0.2)  # the stop reaches the claimer while the answer is held
+        relay.flow()
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for_kind(events.Released)
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert [r.recipients for r in smtp_server.received] == [["early@example.com"]]
+
+
+async def test_a_release_that_meets_a_database_outage_is_retried_until_it_lands(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    hold = HoldAtRcpt()
+    smtp_server.plan("stuck@example.com", hold)
+    async with (
+        relay_to(database_url) as relay,
+        running_worker(
+            database_url,
+            keys,
+            smtp_server.settings(),
+            pool_url=relay.relayed_url,
+            shutdown_grace=0.2,
+            listener_check_interval=60.0,
+        ) as worker,
+    ):
+        enqueued = await enqueue(db, keys, "stuck@example.com")
+        await hold.wait_reached()
+        relay.cut()  # the database goes away just as shutdown begins
+        worker.stop()
+        await anyio.sleep(1.0)  # past the grace: the first tries to release have failed
+        relay.restore()
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for_kind(events.Released)
+    hold.release.set()
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert smtp_server.received == []
 
 
 async def test_worker_that_lost_its_lease_before_the_body_abandons_the_send(
