@@ -180,6 +180,11 @@ class Leases:
             for x in c
         ]
 
+    async def held_here(self) -> list[Held]:
+        """Every lease the database says this owner holds, whether or not it knows."""
+        rows = await self.pool.fetch(sql("leases_held_by"), self.owner)
+        return [Held(r["id"], r["lease_token"]) for r in rows]
+
     async def release(self, held: Sequence[Held]) -> int:
         row = await self.pool.fetchrow(
             sql("release_leases"), [h.id for h in held], [h.token for h in held], self.owner

@@ -246,6 +246,12 @@ WITH released AS (
 SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,
        (SELECT count(*) FROM released) AS released;
 
+-- name: leases_held_by
+-- $1: lease owner. The leases the database says one owner holds: a worker's last look
+-- before it exits, for claims that committed but whose answer it never received.
+SELECT id, lease_token FROM notifier.email_outbox
+WHERE status = 'sending' AND lease_owner = $1;
+
 -- name: notify
 -- $1: channel, $2: payload. The listener's self-notification round trip.
 SELECT pg_notify($1, $2);

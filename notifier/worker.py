@@ -201,6 +201,10 @@ class Worker:
         self._slots: anyio.Semaphore | None = None
         self._sends: TaskGroup | None = None
         self._intake_scope: anyio.CancelScope | None = None
+        self._claim_scope: anyio.CancelScope | None = None
+        # Rows whose attempt's result could not be recorded: their lease must run out, as
+        # the attempt may have sent.
+        self._unrecorded: set[int] = set()
         self._stopping = False
 
     @property
@@ -260,6 +264,7 @@ class Worker:
                         task_status.started()
                 if self._flights:
                     log.info("claiming stopped; waiting for %d sends in flight", len(self._flights))
+            await self._release_unknown()
             services.cancel_scope.cancel()
         self.observer.notice(events.WorkerStopped(self.owner))
         log.info("worker %s stopped", self.owner)
@@ -276,6 +281,8 @@ class Worker:
             self._intake_scope.cancel()
         if self._sends is not None:
             self._sends.cancel_scope.deadline = anyio.current_time() + self.settings.shutdown_grace
+        if self._claim_scope is not None:
+            self._claim_scope.deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
 
     # -- finding work ------------------------------------------------------------------------
 
@@ -331,6 +338,11 @@ class Worker:
                 except anyio.WouldBlock:
                     break
                 free += 1
+            if self._stopping:
+                # A slot granted in the same tick as stop(): the acquire was not cancelled.
+                for _ in range(free):
+                    slots.release()
+                return
             try:
                 rows = await self._claim(free)
             except Exception as exc:
@@ -396,13 +408,14 @@ class Worker:
         started = time.time_ns()
         # Shielded: once sent, the claim may commit, and then its rows are leased to this
         # worker whether or not the answer arrives. Shutdown cancelling the wait would leave
-        # them leased after a clean exit (invariant 7), so the answer is always awaited;
-        # bounded so that a database that never answers cannot hold shutdown forever.
+        # them leased after a clean exit (invariant 7), so the answer is awaited; stop()
+        # bounds the wait, so a database that never answers cannot hold shutdown forever.
         rows: list[Claimed] | None = None
-        with anyio.CancelScope(
-            shield=True, deadline=anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
-        ):
+        with anyio.CancelScope(shield=True) as self._claim_scope:
+            if self._stopping:
+                self._claim_scope.deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
             rows = await statement
+        self._claim_scope = None
         if rows is None:
             raise TimeoutError(f"no answer to the claim within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
         claim = record_claim_batch(
@@ -607,6 +620,7 @@ class Worker:
                         error,
                     )
                     self.observer.notice(events.CompletionFailed(completion.id))
+                    self._unrecorded.add(completion.id)
                     return
                 with anyio.CancelScope(shield=True):
                     await anyio.sleep(delay)
@@ -638,6 +652,30 @@ class Worker:
 
     async def _release(self, flight: _Flight) -> None:
         await self._release_held([Held(flight.row.id, flight.token)])
+
+    async def _release_unknown(self) -> None:
+        """Hand back leases this worker holds without knowing it, before it exits.
+
+        A claim that committed on the server but whose answer was lost (a dropped
+        connection, a timeout) leaves rows leased to this worker, which never saw their
+        tokens and so sent nothing: they go back uncounted rather than wait out their lease.
+        """
+        held: list[Held] | None = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_SECONDS):
+            try:
+                held = await self.leases.held_here()
+            except Exception as exc:
+                log.warning("could not look for leases left behind (%s)", exc)
+        if held is None:
+            return
+        unknown = [h for h in held if h.id not in self._unrecorded]
+        if unknown:
+            log.warning(
+                "handing back %d deliveries leased by a claim whose answer was lost: %s",
+                len(unknown),
+                ", ".join(str(h.id) for h in unknown),
+            )
+            await self._release_held(unknown)
 
     async def _release_held(self, held: list[Held]) -> None:
         """Hand rows back uncounted, before anything was sent.

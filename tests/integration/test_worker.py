@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from notifier import events
+from notifier import worker as worker_module
 from notifier.leases import Leases
 from notifier.listener import CHANNEL
 from notifier.tokens import TokenKeys, hash_token
@@ -533,6 +534,80 @@ async def test_a_claim_answered_after_shutdown_began_hands_its_rows_back_uncount
             await recorded(worker).wait_for_kind(events.Released)
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert [r.recipients for r in smtp_server.received] == [["early@example.com"]]
+
+
+async def test_a_claim_whose_answer_was_lost_is_handed_back_before_a_clean_exit(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # The claim commits, then the connection drops before its answer arrives: the worker
+    # holds a lease it never saw. Its last look before exiting finds and releases it.
+    async with (
+        relay_to(database_url) as relay,
+        running_worker(
+            database_url,
+            keys,
+            smtp_server.settings(),
+            pool_url=relay.relayed_url,
+            listener_check_interval=60.0,
+        ) as worker,
+    ):
+        await enqueue(db, keys, "early@example.com")
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+        relay.hold()
+        enqueued = await enqueue(db, keys, "orphan@example.com", user_id="orphan")
+
+        async def leased() -> bool:
+            return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
+
+        await wait_until(leased, WAIT, "the claim committed on the server")
+        relay.cut()
+        relay.flow()
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for_kind(events.ClaimFailed)
+        relay.restore()
+    assert [e.id for e in recorded(worker).of(events.Released)] == [enqueued.outbox_id]
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert (row["status"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
+    assert [r.recipients for r in smtp_server.received] == [["early@example.com"]]
+
+
+async def test_a_claim_the_database_never_answers_holds_shutdown_only_for_the_cleanup_bound(
+    db: asyncpg.Connection,
+    database_url: str,
+    keys: TokenKeys,
+    smtp_server: SmtpServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_module, "CLEANUP_TIMEOUT_SECONDS", 0.5)
+    async with (
+        relay_to(database_url) as relay,
+        running_worker(
+            database_url,
+            keys,
+            smtp_server.settings(),
+            pool_url=relay.relayed_url,
+            listener_check_interval=60.0,
+        ) as worker,
+    ):
+        await enqueue(db, keys, "early@example.com")
+        with anyio.fail_after(WAIT):
+            await completed(worker, 1)
+        relay.hold()
+        enqueued = await enqueue(db, keys, "unanswered@example.com", user_id="unanswered")
+
+        async def leased() -> bool:
+            return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
+
+        await wait_until(leased, WAIT, "the claim committed on the server")
+        worker.stop()
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for_kind(events.WorkerStopped)
+        relay.flow()
+    # Nothing answered, so nothing could be handed back: the lease expires on its own.
+    row = await outbox_row(db, enqueued.outbox_id)
+    assert row["status"] == "sending"
     assert [r.recipients for r in smtp_server.received] == [["early@example.com"]]
 
 
