@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import logging
 import re
 from collections import Counter
+from collections.abc import AsyncIterator
 from email.message import EmailMessage
 from typing import Any
 
@@ -21,6 +23,7 @@ from notifier.listener import CHANNEL
 from notifier.tokens import TokenKeys, hash_token
 from notifier.worker import Worker
 from tests.support.deliveries import (
+    Enqueued,
     attempts_of,
     enqueue,
     enqueue_many,
@@ -29,7 +32,7 @@ from tests.support.deliveries import (
     outbox_row,
 )
 from tests.support.recorder import Recorder, recorded
-from tests.support.relay import relay_to
+from tests.support.relay import Relay, relay_to
 from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
 from tests.support.traffic import wait_until
 from tests.support.workers import PUBLIC_URL, running_worker
@@ -498,12 +501,12 @@ async def test_shutdown_past_its_grace_releases_unsent_rows_uncounted(
     )
 
 
-async def test_a_claim_answered_after_shutdown_began_hands_its_rows_back_uncounted(
-    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
-) -> None:
-    # The claim commits on the server, then stop() arrives while its answer is still on the
-    # way: the worker must still learn of the rows it holds, or they stay leased after it
-    # exits (invariant 7).
+@contextlib.asynccontextmanager
+async def worker_behind_a_relay(
+    database_url: str, keys: TokenKeys, smtp_server: SmtpServer, **overrides: Any
+) -> AsyncIterator[tuple[Worker, Relay]]:
+    """A worker whose pool reaches the database through a relay the test controls (its
+    LISTEN goes direct)."""
     async with (
         relay_to(database_url) as relay,
         running_worker(
@@ -511,22 +514,40 @@ async def test_a_claim_answered_after_shutdown_began_hands_its_rows_back_uncount
             keys,
             smtp_server.settings(),
             pool_url=relay.relayed_url,
-            # The listener's health check would otherwise need pool connections the relay
-            # holds: the pool's one idle connection is left for the claim.
+            # The listener's health check would otherwise take pool connections the relay
+            # holds up: the pool's one idle connection is left for the claim.
             listener_check_interval=60.0,
+            **overrides,
         ) as worker,
     ):
-        # One delivery first, so the claim is a prepared statement: one message each way.
-        await enqueue(db, keys, "early@example.com")
-        with anyio.fail_after(WAIT):
-            await completed(worker, 1)
-        relay.hold()
-        enqueued = await enqueue(db, keys, "late@example.com", user_id="late")
+        yield worker, relay
 
-        async def leased() -> bool:
-            return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
 
-        await wait_until(leased, WAIT, "the claim committed on the server")
+async def claimed_but_unanswered(
+    db: asyncpg.Connection, keys: TokenKeys, worker: Worker, relay: Relay, email: str
+) -> Enqueued:
+    """A row the worker's claim has committed on the server, its answer held in the relay."""
+    # One delivery first, so the claim is a prepared statement: one message each way.
+    await enqueue(db, keys, "early@example.com")
+    with anyio.fail_after(WAIT):
+        await completed(worker, 1)
+    relay.hold()
+    enqueued = await enqueue(db, keys, email, user_id=email)
+
+    async def leased() -> bool:
+        return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
+
+    await wait_until(leased, WAIT, "the claim committed on the server")
+    return enqueued
+
+
+async def test_a_claim_answered_after_shutdown_began_hands_its_rows_back_uncounted(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # stop() arrives while the claim's answer is on its way: the worker must still learn of
+    # the rows it holds, or they stay leased after it exits (invariant 7).
+    async with worker_behind_a_relay(database_url, keys, smtp_server) as (worker, relay):
+        enqueued = await claimed_but_unanswered(db, keys, worker, relay, "late@example.com")
         worker.stop()
         await anyio.sleep(0.2)  # the stop reaches the claimer while the answer is held
         relay.flow()
@@ -540,28 +561,10 @@ async def test_a_claim_answered_after_shutdown_began_hands_its_rows_back_uncount
 async def test_a_claim_whose_answer_was_lost_is_handed_back_before_a_clean_exit(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
-    # The claim commits, then the connection drops before its answer arrives: the worker
-    # holds a lease it never saw. Its last look before exiting finds and releases it.
-    async with (
-        relay_to(database_url) as relay,
-        running_worker(
-            database_url,
-            keys,
-            smtp_server.settings(),
-            pool_url=relay.relayed_url,
-            listener_check_interval=60.0,
-        ) as worker,
-    ):
-        await enqueue(db, keys, "early@example.com")
-        with anyio.fail_after(WAIT):
-            await completed(worker, 1)
-        relay.hold()
-        enqueued = await enqueue(db, keys, "orphan@example.com", user_id="orphan")
-
-        async def leased() -> bool:
-            return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
-
-        await wait_until(leased, WAIT, "the claim committed on the server")
+    # The connection drops before the answer arrives: the worker holds a lease it never
+    # saw. Its last look before exiting finds and releases it.
+    async with worker_behind_a_relay(database_url, keys, smtp_server) as (worker, relay):
+        enqueued = await claimed_but_unanswered(db, keys, worker, relay, "orphan@example.com")
         relay.cut()
         relay.flow()
         with anyio.fail_after(WAIT):
@@ -581,26 +584,8 @@ async def test_a_claim_the_database_never_answers_holds_shutdown_only_for_the_cl
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker_module, "CLEANUP_TIMEOUT_SECONDS", 0.5)
-    async with (
-        relay_to(database_url) as relay,
-        running_worker(
-            database_url,
-            keys,
-            smtp_server.settings(),
-            pool_url=relay.relayed_url,
-            listener_check_interval=60.0,
-        ) as worker,
-    ):
-        await enqueue(db, keys, "early@example.com")
-        with anyio.fail_after(WAIT):
-            await completed(worker, 1)
-        relay.hold()
-        enqueued = await enqueue(db, keys, "unanswered@example.com", user_id="unanswered")
-
-        async def leased() -> bool:
-            return bool((await outbox_row(db, enqueued.outbox_id))["status"] == "sending")
-
-        await wait_until(leased, WAIT, "the claim committed on the server")
+    async with worker_behind_a_relay(database_url, keys, smtp_server) as (worker, relay):
+        enqueued = await claimed_but_unanswered(db, keys, worker, relay, "none@example.com")
         worker.stop()
         with anyio.fail_after(WAIT):
             await recorded(worker).wait_for_kind(events.WorkerStopped)
@@ -616,16 +601,9 @@ async def test_a_release_that_meets_a_database_outage_is_retried_until_it_lands(
 ) -> None:
     hold = HoldAtRcpt()
     smtp_server.plan("stuck@example.com", hold)
-    async with (
-        relay_to(database_url) as relay,
-        running_worker(
-            database_url,
-            keys,
-            smtp_server.settings(),
-            pool_url=relay.relayed_url,
-            shutdown_grace=0.2,
-            listener_check_interval=60.0,
-        ) as worker,
+    async with worker_behind_a_relay(database_url, keys, smtp_server, shutdown_grace=0.2) as (
+        worker,
+        relay,
     ):
         enqueued = await enqueue(db, keys, "stuck@example.com")
         await hold.wait_reached()
