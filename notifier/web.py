@@ -215,7 +215,7 @@ def listener_app(
     )
     app.router.route_class = ScopedRoute
     app.state.services = services
-    # Added innermost first: a caller's span, then the body's bounds.
+    # The last added runs outermost: the caller's span wraps the body's bounds.
     app.add_middleware(BodyGuard, limit=max_body_bytes, timeout=body_timeout)
     app.add_middleware(ServerSpans, trust_incoming=trust_incoming)
     install_error_handlers(app)

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -46,6 +46,8 @@ from notifier.telemetry import (
 from notifier.tokens import TokenKeys, UnknownKeyError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # A completion or release that cannot reach the database is retried after these delays
 # (seconds); if all fail, the lease expires and the row is retried by whoever claims it next.
@@ -137,6 +139,32 @@ class _SendGate:
 
 def _sendable(answer: Sendability) -> bool:
     return answer.lease_held and answer.verification == "live"
+
+
+async def _persisted(statement: Callable[[], Awaitable[T]]) -> T | Exception:
+    """What `statement` answered, or the last error once every try failed.
+
+    Each try is shielded, so shutdown cannot drop it, and bounded by
+    CLEANUP_TIMEOUT_SECONDS in the same scope (cheaper than a shielded scope around
+    fail_after, and this runs once per delivery); tries follow COMPLETION_RETRY_DELAYS.
+    """
+    error: Exception | None = None
+    for delay in (*COMPLETION_RETRY_DELAYS, None):
+        deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
+        error = None
+        with anyio.CancelScope(shield=True, deadline=deadline) as attempt:
+            try:
+                return await statement()
+            except Exception as exc:
+                error = exc
+        if error is None and attempt.cancelled_caught:
+            error = TimeoutError(f"no answer within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
+        if delay is None:
+            break
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(delay)
+    assert error is not None
+    return error
 
 
 class Worker:
@@ -441,7 +469,7 @@ class Worker:
             except anyio.get_cancelled_exc_class():
                 # Shutdown cancelled the attempt before any body went out: hand the row back.
                 if not flight.body_sent and not flight.lost:
-                    await self._release(flight)
+                    await self._release_held([Held(row.id, flight.token)])
                 raise
             finally:
                 del self._flights[row.id]
@@ -592,42 +620,26 @@ class Worker:
         )
 
     async def _complete(self, completion: Completion) -> None:
-        done: Completed | None = None
-        # Shielded: a result the mail server already gave must reach the database, even
-        # during shutdown, or the row would be sent again after its lease expires.
+        # Persisted (shielded, retried): a result the mail server already gave must reach
+        # the database, even during shutdown, or the row would be sent again after its
+        # lease expires.
         settle = {"notifier.outcome": completion.outcome, "messaging.operation.type": "settle"}
         with child_span(f"settle {DESTINATION}", settle) as span:
-            for delay in (*COMPLETION_RETRY_DELAYS, None):
-                # One scope both shields the attempt and bounds it (cheaper than a shielded
-                # scope around fail_after, and this runs once per delivery).
-                deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
-                error: Exception | None = None
-                with anyio.CancelScope(shield=True, deadline=deadline) as attempt:
-                    try:
-                        done = await self._completer.submit(completion)
-                    except Exception as exc:
-                        error = exc
-                if done is not None:
-                    break
-                if error is None and attempt.cancelled_caught:
-                    error = TimeoutError(f"no answer within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
-                if delay is None:
-                    log.error(
-                        "could not record the %s outcome of delivery %d (%s); its lease "
-                        "will expire and it will be retried",
-                        completion.outcome,
-                        completion.id,
-                        error,
-                    )
-                    self.observer.notice(events.CompletionFailed(completion.id))
-                    self._unrecorded.add(completion.id)
-                    return
-                with anyio.CancelScope(shield=True):
-                    await anyio.sleep(delay)
-            if span is not None and done is not None:
+            done = await _persisted(lambda: self._completer.submit(completion))
+            if isinstance(done, Exception):
+                log.error(
+                    "could not record the %s outcome of delivery %d (%s); its lease "
+                    "will expire and it will be retried",
+                    completion.outcome,
+                    completion.id,
+                    done,
+                )
+                self.observer.notice(events.CompletionFailed(completion.id))
+                self._unrecorded.add(completion.id)
+                return
+            if span is not None:
                 span.set_attribute("notifier.status", done.status or "unchanged")
                 span.set_attribute("notifier.lease_held", done.lease_held)
-        assert done is not None
         if not done.lease_held:
             log.warning(
                 "delivery %d: lease lost before completion; the %s result changed nothing "
@@ -650,9 +662,6 @@ class Worker:
             )
         )
 
-    async def _release(self, flight: _Flight) -> None:
-        await self._release_held([Held(flight.row.id, flight.token)])
-
     async def _release_unknown(self) -> None:
         """Hand back leases this worker holds without knowing it, before it exits.
 
@@ -661,7 +670,8 @@ class Worker:
         tokens and so sent nothing: they go back uncounted rather than wait out their lease.
         """
         held: list[Held] | None = None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_SECONDS):
+        deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
+        with anyio.CancelScope(shield=True, deadline=deadline):
             try:
                 held = await self.leases.held_here()
             except Exception as exc:
@@ -680,34 +690,21 @@ class Worker:
     async def _release_held(self, held: list[Held]) -> None:
         """Hand rows back uncounted, before anything was sent.
 
-        Shielded, and retried like a completion: shutdown often meets a database that is
-        restarting too, and a row left leased waits out its lease before anyone sends it.
+        Persisted like a completion: shutdown often meets a database that is restarting
+        too, and a row left leased waits out its lease before anyone sends it.
         """
         if not held:
             return
-        error: Exception | None = None
-        for delay in (*COMPLETION_RETRY_DELAYS, None):
-            deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
-            with anyio.CancelScope(shield=True, deadline=deadline) as attempt:
-                try:
-                    await self.leases.release(held)
-                except Exception as exc:
-                    error = exc
-                else:
-                    for h in held:
-                        self.observer.notice(events.Released(h.id))
-                    return
-            if attempt.cancelled_caught:
-                error = TimeoutError(f"no answer within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
-            if delay is None:
-                break
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(delay)
-        log.warning(
-            "could not release deliveries %s (%s); their leases will expire",
-            ", ".join(str(h.id) for h in held),
-            error,
-        )
+        answer = await _persisted(lambda: self.leases.release(held))
+        if isinstance(answer, Exception):
+            log.warning(
+                "could not release deliveries %s (%s); their leases will expire",
+                ", ".join(str(h.id) for h in held),
+                answer,
+            )
+            return
+        for h in held:
+            self.observer.notice(events.Released(h.id))
 
     # -- leases ------------------------------------------------------------------------------
 
