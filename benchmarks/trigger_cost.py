@@ -7,7 +7,7 @@ enabled and disabled, alternating in rounds; a LISTEN connection consumes the no
 as a worker would. Two workloads:
 
 - "request": each transaction is what `request_verification` sends (the product's own
-  statement from its query catalogue: request_v2, which locks, checks suppression and the
+  statement from its query catalogue: request_v3, which locks, checks suppression and the
   limits, inserts and supersedes), committing by itself;
 - "insert": each transaction is a single statement writing a verification and its outbox
   row, the worst case, where the commit is most of the work.
@@ -70,27 +70,29 @@ REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
             2: _USER,
             3: _EMAIL,
             4: _EMAIL,  # its canonical mailbox
-            5: "'signup'",
-            6: "NULL",  # locale
-            7: "'benchkey'",
-            8: "sha256(convert_to('nonce-' || :n, 'UTF8'))",
-            9: "sha256(convert_to('hash-' || :n, 'UTF8'))",
-            10: "3600",
-            11: "('<verify.' || " + _VERIFICATION_ID + " || '@bench.example.com>')",
-            12: "5",
-            13: "NULL",  # traceparent
-            14: "NULL",
-            15: "NULL",  # no idempotency key
-            16: "NULL",
-            17: "ARRAY[]::bytea[]",
-            18: "86400",
-            19: "NULL",  # the library call: no client
-            20: "1000000",
-            21: "3600",
-            22: "ARRAY[]::text[]",  # no shared budgets: the trigger's cost is what is measured
-            23: "ARRAY[]::bytea[]",
-            24: "ARRAY[]::integer[]",
-            25: "60",
+            5: _EMAIL,  # its suppression key
+            6: "'signup'",
+            7: "NULL",  # locale
+            8: "'benchkey'",
+            9: "sha256(convert_to('nonce-' || :n, 'UTF8'))",
+            10: "sha256(convert_to('hash-' || :n, 'UTF8'))",
+            11: "3600",
+            12: "('<verify.' || " + _VERIFICATION_ID + " || '@bench.example.com>')",
+            13: "5",
+            14: "NULL",  # traceparent
+            15: "NULL",
+            16: "NULL",  # no idempotency key
+            17: "NULL",
+            18: "ARRAY[]::bytea[]",
+            19: "86400",
+            20: "NULL",  # the library call: no client
+            21: "1000000",
+            22: "3600",
+            23: "ARRAY[]::text[]",  # no shared budgets: the trigger's cost is what is measured
+            24: "ARRAY[]::bytea[]",
+            25: "ARRAY[]::integer[]",
+            26: "60",
+            27: "NULL",  # replaces nothing
         },
     ),
 )
@@ -229,7 +231,7 @@ async def run(
         "seconds_per_run": config.trigger_seconds,
         "rounds": config.trigger_rounds,
         "workloads": {
-            "request": "request_verification's one statement (request_v2), committing by itself",
+            "request": "request_verification's one statement (request_v3), committing by itself",
             "insert": " ".join(INSERT_ONE.split()),
         },
         "runs": runs,

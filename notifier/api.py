@@ -8,7 +8,6 @@ The pages an emailed link opens are served by the public listener (notifier.publ
 
 from __future__ import annotations
 
-import time
 import uuid
 from importlib import resources
 from typing import Annotated, Any
@@ -18,8 +17,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from notifier import suppressions
+from notifier import pages, suppressions
 from notifier.access import (
+    CSRF_FIELD,
     HOME_PATH,
     SECURITY_SCHEME,
     SESSION_COOKIE,
@@ -35,6 +35,7 @@ from notifier.access import (
 )
 from notifier.api_models import (
     Attempts,
+    LatestVerification,
     Suppression,
     Suppressions,
     VerificationAccepted,
@@ -45,7 +46,7 @@ from notifier.attempts import attempts_of
 from notifier.console import TRACE_URL_STATE, console, home
 from notifier.queries import sql
 from notifier.redact import redact_email
-from notifier.responses import OrjsonResponse
+from notifier.responses import OrjsonResponse, html
 from notifier.verifications import VerificationResult, request_verification
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
@@ -164,6 +165,7 @@ async def get_verification(verification_id: uuid.UUID, conn: Conn) -> Verificati
     row = await _status_row(conn, verification_id)
     return VerificationStatus(
         id=row["id"],
+        user_id=row["user_id"],
         status=row["status"],
         purpose=row["purpose"],
         email=redact_email(row["email"]),
@@ -172,6 +174,14 @@ async def get_verification(verification_id: uuid.UUID, conn: Conn) -> Verificati
         verified=row["verified_at"] is not None,
         verified_at=row["verified_at"],
         superseded=row["superseded_at"] is not None,
+        superseded_by=row["superseded_by"],
+        latest=LatestVerification(
+            id=row["latest_id"],
+            status=row["latest_status"],
+            verified=row["latest_verified_at"] is not None,
+            verified_at=row["latest_verified_at"],
+            expires_at=row["latest_expires_at"],
+        ),
         created_at=row["created_at"],
         expires_at=row["expires_at"],
         next_attempt_at=row["next_attempt_at"] if row["status"] == "pending" else None,
@@ -216,7 +226,7 @@ async def list_suppressions(conn: Conn) -> Suppressions:
     return Suppressions(
         suppressions=[
             Suppression(
-                email=entry.mailbox,
+                email=entry.address,
                 reason=entry.reason,
                 smtp_code=entry.smtp_code,
                 suppressed_at=entry.suppressed_at,
@@ -330,11 +340,20 @@ async def sign_in(
 
 
 @sign_in_routes.post("/sign-out", include_in_schema=False, **access("open"))
-async def sign_out(request: Request, svc: Svc) -> Response:
-    opened = svc.sessions.opened(request.cookies.get(SESSION_COOKIE, ""))
+async def sign_out(
+    request: Request, svc: Svc, csrf: Annotated[str, Form(alias=CSRF_FIELD, max_length=200)] = ""
+) -> Response:
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    opened = svc.sessions.opened(cookie)
     if opened is not None:
-        # Every session of this key ends, not only this browser's copy of the cookie.
-        await svc.keyring.sign_out(opened[0], time.time())
+        # Only this site's own page may sign a browser out: another site (a sibling
+        # subdomain, another port on localhost) could otherwise post this form at will.
+        if not same_site(request.headers) or not svc.sessions.csrf_valid(cookie, csrf):
+            return html(pages.stale_form_page(), 403)
+        key_id, issued = opened
+        # This session ends, wherever its cookie was copied; colleagues signed in with the
+        # same key stay signed in.
+        await svc.keyring.sign_out(key_id, issued, issued + SESSION_SECONDS)
     response = RedirectResponse("/sign-in", status_code=303)
     response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict")
     return response

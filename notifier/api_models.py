@@ -48,8 +48,19 @@ class VerificationAccepted(BaseModel):
     expires_at: datetime
 
 
+class LatestVerification(BaseModel):
+    """The newest verification of a resend chain: where the user's outcome is decided."""
+
+    id: uuid.UUID
+    status: DeliveryStatus
+    verified: bool
+    verified_at: datetime | None
+    expires_at: datetime
+
+
 class VerificationStatus(BaseModel):
     id: uuid.UUID
+    user_id: str
     status: DeliveryStatus
     purpose: str
     email: str = Field(description="The recipient, redacted.")
@@ -58,6 +69,13 @@ class VerificationStatus(BaseModel):
     verified: bool
     verified_at: datetime | None
     superseded: bool
+    superseded_by: uuid.UUID | None = Field(
+        description="The verification that replaced this one (a resend), if one did."
+    )
+    latest: LatestVerification = Field(
+        description="The newest verification of this one's resend chain (this one, if none "
+        "replaced it): an app polling the first id learns the user's outcome here."
+    )
     created_at: datetime
     expires_at: datetime
     next_attempt_at: datetime | None = Field(description="When a pending delivery is next tried.")
@@ -107,6 +125,11 @@ class ConfirmIn(Strict):
 class ConfirmOut(BaseModel):
     outcome: Literal["verified", "already_verified", "expired", "invalid"]
     verification_id: uuid.UUID | None = None
+    superseded_by: uuid.UUID | None = Field(
+        None,
+        description="For a link a newer verification replaced (a resend): that verification, "
+        "whose own link is the one to use.",
+    )
     message: str
 
 

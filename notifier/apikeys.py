@@ -158,6 +158,8 @@ class _Cached:
     fetched_at: float
     # Epoch seconds before which this key's browser sessions were signed out (None: never).
     sessions_valid_after: float | None = None
+    # Sessions of this key signed out one by one: when each was issued (epoch ms).
+    signed_out: frozenset[int] = frozenset()
 
 
 class KeyRing:
@@ -201,12 +203,18 @@ class KeyRing:
             return None
         if cached.sessions_valid_after is not None and issued_at <= cached.sessions_valid_after:
             return None
+        if round(issued_at * 1000) in cached.signed_out:
+            return None
         self._used[key_id] = datetime.now(UTC)
         return cached.principal
 
-    async def sign_out(self, key_id: str, at: float) -> None:
-        """Void every session of `key_id` issued up to `at` (epoch seconds)."""
-        await self.pool.execute(sql("api_key_sign_out"), key_id, at)
+    async def sign_out(self, key_id: str, issued_at: float, expires_at: float) -> None:
+        """Void the one session of `key_id` issued at `issued_at` (epoch seconds), until it
+        would have expired anyway; the key's other sessions (colleagues signed in with the
+        same key) go on."""
+        await self.pool.execute(
+            sql("session_sign_out"), key_id, round(issued_at * 1000), expires_at
+        )
         self._cache.pop(key_id, None)
 
     async def _fetch(self, key_id: str, now: float) -> _Cached:
@@ -215,7 +223,13 @@ class KeyRing:
             entry = _Cached(None, None, now)
         else:
             principal = Principal(row["id"], row["name"], frozenset(row["scopes"]))
-            entry = _Cached(principal, bytes(row["secret_hash"]), now, row["sessions_valid_after"])
+            entry = _Cached(
+                principal,
+                bytes(row["secret_hash"]),
+                now,
+                row["sessions_valid_after"],
+                frozenset(row["signed_out"]),
+            )
         if len(self._cache) > MAX_CACHED_KEYS:
             # Unknown ids cost an entry each; an attacker spraying ids must not grow memory.
             self._cache.clear()

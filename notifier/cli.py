@@ -103,23 +103,26 @@ def cmd_dev(args: argparse.Namespace) -> int:
 async def _suppressions(url: str, clear: str | None) -> int:
     from notifier import suppressions
     from notifier.config import RequestSettings
+    from notifier.redact import printable
 
     separators = RequestSettings.from_env().subaddress_separators
     conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
     try:
         if clear is not None:
-            mailbox = await suppressions.clear(conn, clear, separators)
-            if mailbox is None:
-                print(f"{clear} was not suppressed")
+            address = await suppressions.clear(conn, clear, separators)
+            if address is None:
+                print(f"{printable(clear)} was not suppressed")
                 return 1
-            print(f"cleared {mailbox}: requests for it are accepted again")
+            print(f"cleared {printable(address)}: requests for it are accepted again")
             return 0
         found = await suppressions.active(conn)
         for entry in found:
             until = f"{entry.expires_at:%Y-%m-%d %H:%M}" if entry.expires_at else "cleared"
+            # A reason is a mail server's words: escaped, so no reply can move the cursor,
+            # clear the screen or start a row of its own on the operator's terminal.
             print(
-                f"{entry.mailbox}\t{entry.suppressed_at:%Y-%m-%d %H:%M}\tuntil {until}\t"
-                f"{entry.reason}"
+                f"{printable(entry.address)}\t{entry.suppressed_at:%Y-%m-%d %H:%M}\t"
+                f"until {until}\t{printable(entry.reason)}"
             )
         if not found:
             print("no suppressed addresses")

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from notifier.errors import ConfigError
+from notifier.mailbox_providers import SHARED_DOMAINS
 from notifier.settings_spec import Env, load, setting
 
 G = TypeVar("G", bound="Group")
@@ -206,6 +207,13 @@ def _separators(raw: str) -> str:
     if len(raw) > 4 or any(c.isalnum() or c.isspace() or c in '@"' for c in raw):
         raise ValueError("must be up to 4 punctuation characters, such as + or +-")
     return raw
+
+
+def _domains(raw: str) -> frozenset[str]:
+    domains = frozenset(d.strip().lower() for d in raw.split(",") if d.strip())
+    if any(not d.isascii() or "." not in d or any(c in d for c in " @/") for d in domains):
+        raise ValueError("must be comma-separated domains in ASCII (IDNA) form, like gmail.com")
+    return domains
 
 
 # -- the groups --------------------------------------------------------------------------------
@@ -408,6 +416,14 @@ class WorkerSettings(Group):
         "Sends in flight per worker process; keep it equal to NOTIFIER_SMTP_POOL_SIZE, or "
         "claims wait for a connection.",
     )
+    domain_concurrency: int | None = setting(
+        "NOTIFIER_DOMAIN_CONCURRENCY",
+        _integer(1, 1024),
+        None,
+        "Sends in flight to one recipient domain per worker process; its other rows wait in "
+        "the database, holding no slot, so one slow domain cannot hold every send slot.",
+        default_text="half of NOTIFIER_CONCURRENCY, rounded up",
+    )
     batch_size: int = setting(
         "NOTIFIER_BATCH_SIZE",
         _integer(1, 1000),
@@ -478,6 +494,13 @@ class WorkerSettings(Group):
         "How long a mailbox the recipient's server refused for good stays suppressed.",
         unit="s",
     )
+
+    @property
+    def per_domain(self) -> int:
+        """The sends in flight one recipient domain may hold (see domain_concurrency)."""
+        if self.domain_concurrency is not None:
+            return self.domain_concurrency
+        return (self.concurrency + 1) // 2
 
     def check(self) -> None:
         """Cross-field rules that single values cannot express."""
@@ -557,7 +580,17 @@ class RequestSettings(Group):
         "NOTIFIER_DOMAIN_LIMIT",
         _integer(0, 10**9),
         1000,
-        "Requests per recipient domain per window (0: none).",
+        "Requests per recipient domain per API key per window (0: none); not counted for "
+        "the shared providers' domains.",
+    )
+    shared_domains: frozenset[str] = setting(
+        "NOTIFIER_SHARED_MAIL_DOMAINS",
+        _domains,
+        frozenset(SHARED_DOMAINS),
+        "Domains of millions of unrelated mailboxes (Gmail, Outlook, ...), comma-separated, "
+        "where no domain budget applies: it would refuse that provider's real users.",
+        empty=True,
+        default_text="the largest consumer providers (notifier.mailbox_providers)",
     )
     client_limit: int = setting(
         "NOTIFIER_CLIENT_LIMIT",

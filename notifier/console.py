@@ -39,8 +39,8 @@ from notifier.web import Conn, Svc
 NOTICES = {
     "resent": "A new link is on its way: this is its delivery.",
     "already-resent": "A new link was already sent for that delivery: this is its delivery.",
-    "cleared": "The suppression was cleared: requests for that mailbox are accepted again.",
-    "not-suppressed": "That mailbox was not suppressed; nothing changed.",
+    "cleared": "The suppression was cleared: requests for that address are accepted again.",
+    "not-suppressed": "That address was not suppressed; nothing changed.",
 }
 # The stylesheet: the dev inbox's (one visual language), then the console's own rules.
 _STYLESHEETS = ("inbox.css", "console.css")

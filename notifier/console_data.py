@@ -138,10 +138,10 @@ async def search(conn: Any, query: str, separators: str) -> Search:
             return Search(query, problem="No delivery has that verification id.")
         return Search(query, exact=by_id)
     try:
-        mailbox = addresses.parse(query, separators).mailbox
+        address = addresses.parse(query, separators)
     except addresses.InvalidAddress:
         return Search(query, problem="Type a whole email address or a verification id.")
-    rows = await conn.fetch(sql("console_deliveries_by_mailbox"), mailbox, SEARCH_LIMIT)
+    rows = await conn.fetch(sql("console_deliveries_by_mailbox"), address.mailbox, SEARCH_LIMIT)
     found = [
         Found(
             id=r["id"],
@@ -155,17 +155,17 @@ async def search(conn: Any, query: str, separators: str) -> Search:
         )
         for r in rows
     ]
-    return Search(query, found=found, suppression=await suppression_of(conn, mailbox))
+    return Search(query, found=found, suppression=await suppression_of(conn, address.folded))
 
 
 async def search_suppression(conn: Any, query: str, separators: str) -> Search:
-    """Whether the mailbox of an address (any spelling of it) is suppressed."""
+    """Whether an address (as typed, whatever its case) is suppressed."""
     query = query.strip()[:MAX_QUERY_CHARS]
     try:
-        mailbox = addresses.parse(query, separators).mailbox
+        folded = addresses.parse(query, separators).folded
     except addresses.InvalidAddress:
         return Search(query, problem="Type a whole email address.")
-    return Search(query, suppression=await suppression_of(conn, mailbox))
+    return Search(query, suppression=await suppression_of(conn, folded))
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +194,7 @@ class Delivery:
     trace_id: str | None
     superseded_by: uuid.UUID | None
     resendable: bool
-    # The mailbox's suppression in force, looked up for a resendable delivery only.
+    # The address's suppression in force, looked up for a resendable delivery only.
     suppression: Suppression | None
     timeline: Sequence[Attempt]
 
@@ -207,9 +207,8 @@ async def delivery(conn: Any, verification_id: uuid.UUID) -> Delivery | None:
     if row["superseded_at"] is not None:
         later = await conn.fetchval(sql("console_superseded_by"), verification_id)
     resendable = _resendable(row)
-    # Rows written around request_verification have no mailbox: suppressed by their address.
-    mailbox = row["mailbox"] or row["email"].lower()
-    suppression = await suppression_of(conn, mailbox) if resendable else None
+    # A suppression is for the address that was refused.
+    suppression = await suppression_of(conn, addresses.folded(row["email"])) if resendable else None
     return Delivery(
         id=row["id"],
         address=redact_email(row["email"]),
@@ -245,8 +244,8 @@ def trace_id(traceparent: str | None) -> str | None:
     return match["trace"]
 
 
-async def suppression_of(conn: Any, mailbox: str) -> Suppression | None:
-    row = await conn.fetchrow(sql("console_suppression"), mailbox)
+async def suppression_of(conn: Any, folded: str) -> Suppression | None:
+    row = await conn.fetchrow(sql("console_suppression"), folded)
     return None if row is None else _suppression(row)
 
 
@@ -303,6 +302,7 @@ async def resend(
             policy=policy,
             client_id=client_id,
             locale=row["locale"],
+            replaces=verification_id,
         )
     except RequestError as exc:
         return Resend("refused", refusal=exc)

@@ -323,7 +323,7 @@ def _suppressed_banner(suppression: Suppression | None, address: str, viewer: Vi
     if suppression is None:
         return ""
     return (
-        "<div class=banner role=status><p><strong>This mailbox is suppressed</strong> since "
+        "<div class=banner role=status><p><strong>This address is suppressed</strong> since "
         f"{_when(suppression.suppressed_at)}: {escape(suppression.reason)}. "
         "No mail goes to it until the suppression expires "
         f"({_when(suppression.expires_at, 'never')}) or is cleared.</p>"
@@ -423,7 +423,7 @@ def _resend(d: Delivery, viewer: Viewer) -> str:
         return ""
     if d.suppression is not None:
         return (
-            "<div class=banner role=status><p><strong>Its mailbox is suppressed</strong> since "
+            "<div class=banner role=status><p><strong>Its address is suppressed</strong> since "
             f"{_when(d.suppression.suppressed_at)}: {escape(d.suppression.reason)}. No new "
             "link can be sent until the suppression is cleared: search for the address the "
             'person gives you under <a href="/console/suppressions">Suppressions</a> and '
@@ -507,12 +507,12 @@ def suppressions_page(
         "/console/suppressions",
         "Check an address",
         checked.query if checked else "",
-        "Type the whole address the person gives you; any spelling of it is the same mailbox.",
+        "Type the whole address the person gives you (its case does not matter).",
     )
     return _page(
         "Suppressions",
         "<h1>Suppressions</h1>"
-        "<p class=lead>Mailboxes whose own mail server refused them for good (unknown, "
+        "<p class=lead>Addresses whose own mail server refused them for good (unknown, "
         "disabled, full). No mail goes to them until the suppression expires or is cleared; "
         "requests for them are refused.</p>"
         + _notice(notice, None)
@@ -529,15 +529,15 @@ def _check(checked: Search, viewer: Viewer) -> str:
     if checked.problem:
         return f"<p class=problem role=alert>{escape(checked.problem)}</p>"
     if checked.suppression is None:
-        return "<p class=notice role=status>That mailbox is not suppressed.</p>"
+        return "<p class=notice role=status>That address is not suppressed.</p>"
     return _suppressed_banner(checked.suppression, checked.query, viewer)
 
 
 def _suppression_list(listed: Sequence[Suppression], total: int) -> str:
     if not listed:
-        return "<p class=empty>No mailbox is suppressed.</p>"
+        return "<p class=empty>No address is suppressed.</p>"
     items = "".join(
-        f"<li class=suppression><span class=address>{escape(redact_email(s.mailbox))}</span>"
+        f"<li class=suppression><span class=address>{escape(redact_email(s.address))}</span>"
         f"<span class=reason>{escape(s.reason)}</span>"
         f"<span class=when>since {_when(s.suppressed_at)}</span>"
         f"<span class=when>until {_when(s.expires_at, 'cleared')}</span></li>"
@@ -549,5 +549,5 @@ def _suppression_list(listed: Sequence[Suppression], total: int) -> str:
         else ""
     )
     return (
-        f'<ol class=suppressions aria-label="Suppressed mailboxes, newest first">{items}</ol>{more}'
+        f'<ol class=suppressions aria-label="Suppressed addresses, newest first">{items}</ol>{more}'
     )

@@ -100,6 +100,15 @@ class Released:
 
 
 @dataclass(frozen=True, slots=True)
+class Deferred:
+    """A row handed back uncounted because its recipient's domain already had as many sends
+    in flight as one domain may hold; due again after `delay` seconds."""
+
+    id: int
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseLost:
     id: int
     body_sent: bool
@@ -168,6 +177,7 @@ WorkerEvent = (
     | StaleCompletion
     | CompletionFailed
     | Released
+    | Deferred
     | LeaseLost
     | ConfigurationProblem
     | UnknownTokenKey

@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Literal
 
+from notifier.access import CSRF_FIELD
 from notifier.inbox import Captured, Opened
 
 View = Literal["html", "text", "headers", "raw"]
@@ -73,9 +74,10 @@ def _walk(base_url: str, key: str) -> str:
     )
 
 
-def landing_page(base_url: str, messages: int, key_file: Path) -> str:
+def landing_page(base_url: str, key_file: Path) -> str:
     """What `/` shows in dev mode: where everything is, and the README's walk. The API key is
-    named by its file, never shown: the page needs no key to be read."""
+    named by its file, never shown: the page needs no key to be read, and shows nothing of
+    the inbox (which does: every local user can reach loopback)."""
     base = escape(base_url.rstrip("/"))
     key = f"Authorization: Bearer $(cat {escape(str(key_file))})"
     return _page(
@@ -85,8 +87,8 @@ def landing_page(base_url: str, messages: int, key_file: Path) -> str:
         "and an SMTP server whose mail lands in the inbox.</p>"
         '<ul class=cards aria-label="Where to go">'
         '<li><a href="/dev/inbox"><strong>Inbox</strong>'
-        f"<span>{_count(messages)}: every email notifier sent, as the reader sees it"
-        "</span></a></li>"
+        "<span>Every email notifier sent, as the reader sees it (sign in with the dev API "
+        "key that <code>notifier dev</code> printed)</span></a></li>"
         '<li><a href="/console"><strong>Console</strong>'
         "<span>Queue health, each delivery's attempts, suppressions (sign in with the dev "
         "API key)</span></a></li>"
@@ -124,8 +126,11 @@ def _message_item(message: Captured) -> str:
     )
 
 
-def inbox_page(messages: Sequence[Captured], total: int, query: str, version: int) -> str:
-    """The list: newest first, filtered by `query`, kept current by inbox.js."""
+def inbox_page(
+    messages: Sequence[Captured], total: int, query: str, version: int, csrf: str
+) -> str:
+    """The list: newest first, filtered by `query`, kept current by inbox.js. `csrf`: the
+    token a signed-in browser's Delete all form carries ("" for a bearer key)."""
     shown = "" if not query else f" · {len(messages)} shown"
     empty_text = (
         f"No message to or from an address containing “{escape(query)}”."
@@ -144,6 +149,7 @@ def inbox_page(messages: Sequence[Captured], total: int, query: str, version: in
         'placeholder="ada@example.com" autocomplete=off spellcheck=false>'
         "<button type=submit>Search</button></span></form>"
         '<form class=clear method=post action="/dev/inbox/delete-all">'
+        f'<input type=hidden name="{CSRF_FIELD}" value="{escape(csrf)}">'
         "<button type=submit class=danger>Delete all</button></form>"
         "</div>"
         "<p class=live id=live role=status>Updates appear by themselves.</p>"

@@ -9,7 +9,6 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, get_args
-from urllib.parse import urlsplit
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -17,7 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.responses import StreamingResponse
 
 from notifier import inbox_pages
-from notifier.access import ScopedRoute, access
+from notifier.access import ScopedRoute, access, csrf_token_of
 from notifier.inbox import Captured, Inbox
 from notifier.inbox_pages import View
 
@@ -53,8 +52,12 @@ FRAME_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
 }
-# Dev mode only, on loopback: the inbox, like the mail it shows, needs no key.
+# The start page and the assets are open; the inbox is not. Loopback is every local user's:
+# the mail holds live links, so reading it takes the dev key (or a browser signed in with
+# it), and emptying it the admin scope the dev key has.
 OPEN = access("open")
+READ = access("read")
+ADMIN = access("admin")
 _ASSETS = {"inbox.css": "text/css; charset=utf-8", "inbox.js": "text/javascript; charset=utf-8"}
 _HEAD = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
 
@@ -77,20 +80,22 @@ routes = APIRouter(route_class=ScopedRoute)
 
 
 @routes.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
-async def landing(request: Request, inbox: Captures) -> HTMLResponse:
+async def landing(request: Request) -> HTMLResponse:
     key_file: Path = request.app.state.dev_key_file
-    page = inbox_pages.landing_page(str(request.base_url), len(inbox.messages), key_file)
+    page = inbox_pages.landing_page(str(request.base_url), key_file)
     return HTMLResponse(page, headers=PAGE_HEADERS)
 
 
-@routes.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **OPEN)
-async def inbox_list(inbox: Captures, q: str = "") -> HTMLResponse:
+@routes.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **READ)
+async def inbox_list(request: Request, inbox: Captures, q: str = "") -> HTMLResponse:
     query = q[:MAX_QUERY_CHARS]
-    page = inbox_pages.inbox_page(inbox.search(query), len(inbox.messages), query, inbox.version)
+    page = inbox_pages.inbox_page(
+        inbox.search(query), len(inbox.messages), query, inbox.version, csrf_token_of(request)
+    )
     return HTMLResponse(page, headers=PAGE_HEADERS)
 
 
-@routes.get("/dev/inbox.json", include_in_schema=False, **OPEN)
+@routes.get("/dev/inbox.json", include_in_schema=False, **READ)
 async def inbox_json(inbox: Captures, q: str = "") -> JSONResponse:
     listed = [_summary(m) for m in inbox.search(q[:MAX_QUERY_CHARS])]
     headers = {
@@ -102,7 +107,7 @@ async def inbox_json(inbox: Captures, q: str = "") -> JSONResponse:
     return JSONResponse(listed, headers=headers)
 
 
-@routes.get("/dev/inbox/events", include_in_schema=False, **OPEN)
+@routes.get("/dev/inbox/events", include_in_schema=False, **READ)
 async def inbox_events(inbox: Captures) -> StreamingResponse:
     return StreamingResponse(
         _events(inbox),
@@ -111,15 +116,15 @@ async def inbox_events(inbox: Captures) -> StreamingResponse:
     )
 
 
-@routes.post("/dev/inbox/delete-all", include_in_schema=False, **OPEN)
-async def delete_all(request: Request, inbox: Captures) -> Response:
-    if not _same_origin(request):
-        return HTMLResponse("Refused: not sent from the inbox page.", 403, PAGE_HEADERS)
+@routes.post("/dev/inbox/delete-all", include_in_schema=False, **ADMIN)
+async def delete_all(inbox: Captures) -> Response:
+    # ScopedRoute checked the key, and for a signed-in browser this site and its page's
+    # CSRF token: no other site's form can empty the inbox.
     inbox.clear()
     return RedirectResponse("/dev/inbox", status_code=303, headers=PAGE_HEADERS)
 
 
-@routes.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False, **OPEN)
+@routes.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False, **READ)
 async def message_page(inbox: Captures, number: str, view: str = "") -> HTMLResponse:
     opened = inbox.open(int(number)) if number.isdigit() else None
     if opened is None:
@@ -130,7 +135,7 @@ async def message_page(inbox: Captures, number: str, view: str = "") -> HTMLResp
     return HTMLResponse(inbox_pages.message_page(opened, chosen), headers=PAGE_HEADERS)
 
 
-@routes.get("/dev/inbox/{number}/html", include_in_schema=False, **OPEN)
+@routes.get("/dev/inbox/{number}/html", include_in_schema=False, **READ)
 async def message_html(inbox: Captures, number: int) -> Response:
     opened = inbox.open(number)
     if opened is None or opened.html is None:
@@ -138,7 +143,7 @@ async def message_html(inbox: Captures, number: int) -> Response:
     return Response(_links_open_outside(opened.html), 200, FRAME_HEADERS, "text/html")
 
 
-@routes.get("/dev/inbox/{number}/raw", include_in_schema=False, **OPEN)
+@routes.get("/dev/inbox/{number}/raw", include_in_schema=False, **READ)
 async def message_raw(inbox: Captures, number: int) -> Response:
     opened = inbox.open(number)
     if opened is None:
@@ -186,18 +191,6 @@ async def _events(inbox: Inbox) -> AsyncIterator[str]:
             continue
         seen = inbox.version
         yield f"event: inbox\ndata: {seen}\n\n"
-
-
-def _same_origin(request: Request) -> bool:
-    """Whether a browser sent this from one of our own pages (another site's form could
-    otherwise empty the inbox). Clients that are not browsers send neither header."""
-    site = request.headers.get("sec-fetch-site")
-    if site is not None:
-        return site in ("same-origin", "none")
-    origin = request.headers.get("origin")
-    if origin is None:
-        return True
-    return urlsplit(origin).netloc == request.headers.get("host")
 
 
 def _links_open_outside(html: str) -> bytes:

@@ -90,8 +90,9 @@ class Completion:
     claimed_at: datetime | None = None
     # Seconds the SMTP exchange took (for metrics; not stored).
     smtp_seconds: float | None = None
-    # A permanent refusal the recipient's mailbox caused: suppress the mailbox.
-    suppress: bool = False
+    # A permanent refusal the recipient's mailbox caused: the address to suppress (folded,
+    # notifier.addresses.folded); None suppresses nothing.
+    suppress: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,13 @@ class Leases:
             )
             for x in c
         ]
+
+    async def defer(self, held: Sequence[Held], delay: float) -> set[int]:
+        """Hand rows back uncounted, due after `delay` seconds; the ids still held here."""
+        rows = await self.pool.fetch(
+            sql("defer_leases"), [h.id for h in held], [h.token for h in held], delay
+        )
+        return {r["id"] for r in rows}
 
     async def held_here(self) -> list[Held]:
         """Every lease the database says this owner holds, whether or not it knows."""

@@ -23,10 +23,11 @@ from aiosmtplib import (
     SMTPServerDisconnected,
 )
 
+from notifier.addresses import LONGEST_ADDRESS
 from notifier.config import SmtpSettings, TransportKind
 from notifier.messages import OutgoingMessage
 from notifier.outcomes import Refusal, SendOutcome
-from notifier.redact import redact_text
+from notifier.redact import printable, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ NO_SMTPUTF8 = (
 # Replies are stored with the delivery and copied into logs and spans; a server can send
 # kilobytes of text, and none of it is worth keeping beyond this.
 REPLY_LIMIT_CHARS = 500
+# A reply is cut to this much before it is redacted, so its cost is bounded whatever the
+# server sent, and an address across the final cut is still whole when it is redacted.
+_REPLY_WINDOW_CHARS = REPLY_LIMIT_CHARS + 2 * LONGEST_ADDRESS
 # QUIT is a courtesy at shutdown; a server that does not answer quickly is just closed.
 QUIT_TIMEOUT_SECONDS = 2.0
 # A configuration problem (bad credentials, TLS that cannot be set up) is logged at ERROR
@@ -525,7 +529,11 @@ def _describe(exc: BaseException) -> str:
 
 
 def _trim(text: str) -> str:
-    return redact_text(text.strip())[:REPLY_LIMIT_CHARS]
+    """A reply as it is kept: one line (a multi-line reply's lines joined by spaces), any
+    other control character escaped, addresses redacted, at most REPLY_LIMIT_CHARS."""
+    window = text.strip()[:_REPLY_WINDOW_CHARS]
+    one_line = " ".join(window.splitlines())
+    return redact_text(printable(one_line))[:REPLY_LIMIT_CHARS]
 
 
 # A gate that cannot answer (say, the database is unreachable) cannot vouch for the lease;

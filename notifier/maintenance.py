@@ -1,5 +1,6 @@
-"""Retention: scrub addresses of finished deliveries, then delete them, expire suppressions
-and forget spent budget counters, all in bounded batches."""
+"""Retention: scrub what finished deliveries say of people, then delete them, expire
+suppressions and forget spent budget counters and expired sessions' sign-outs, all in
+bounded batches."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class CleanupReport:
     deleted: int
     suppressions_expired: int = 0
     counters_forgotten: int = 0
+    sign_outs_forgotten: int = 0
     skipped: bool = False  # another process held the maintenance lock
 
 
@@ -47,6 +49,7 @@ async def cleanup(pool: Any, settings: RetentionSettings, budget_window: float) 
         deleted=await _batches(pool, "delete_finished", settings.retention, batch) or 0,
         suppressions_expired=await _batches(pool, "expire_suppressions", None, batch) or 0,
         counters_forgotten=await _batches(pool, "forget_request_counts", budget_window, batch) or 0,
+        sign_outs_forgotten=await _batches(pool, "forget_session_sign_outs", None, batch) or 0,
     )
     if report.scrubbed or report.deleted or report.suppressions_expired:
         log.info(

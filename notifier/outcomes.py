@@ -12,7 +12,7 @@ statement that changes the row, a CASE in SQL that says it mirrors the function 
 runs both over every case):
 - `claim_fate`: what a claim does with a row (schema claim_v3's `fate`);
 - `judge`: what an attempt's SMTP result and the pre-send gate's answer mean (worker);
-- `settle`: the row's next status after an attempt (schema complete_v1).
+- `settle`: the row's next status after an attempt (schema complete_v2).
 
 "What does a 4xx at RCPT do?" -- `judge("transient", ...)` -> outcome "transient", retried;
 `settle("transient", ...)` -> "pending" while attempts remain and the retry lands before the
@@ -145,7 +145,7 @@ def settle(
     retry_after_expiry: bool,
 ) -> DeliveryStatus:
     """A row's next status after an attempt that still held its lease. Mirrored by
-    complete_v1's CASE in the schema (same order). `unknown_outcomes` counts those
+    complete_v2's CASE in the schema (same order). `unknown_outcomes` counts those
     before this attempt; `retry_after_expiry`: the retry delay would land after the link
     expires."""
     match outcome:

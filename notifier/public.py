@@ -9,7 +9,6 @@ continued), and nothing here reveals more than the token in hand does.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query
@@ -20,7 +19,13 @@ from notifier.access import ScopedRoute, access
 from notifier.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
 from notifier.responses import OrjsonResponse, html
 from notifier.tokens import looks_like_token
-from notifier.verifications import Confirmation, RequestError, confirm, request_verification
+from notifier.verifications import (
+    Confirmation,
+    RequestError,
+    confirm,
+    request_verification,
+    resend_key,
+)
 from notifier.web import (
     BODY_TIMEOUT_SECONDS,
     DATABASE_TIMEOUT_SECONDS,
@@ -120,14 +125,15 @@ async def verify_submit(svc: Svc, token: FormToken = "") -> HTMLResponse:
 )
 async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
     result = await _confirm(svc, token, apply=False)
-    if result.outcome != "expired" and not result.superseded:
-        # A live link, or one that cannot be used: the page that link shows.
+    if result.renewed_here:
+        # This link's fresh link went out already: pressing again sends nothing more.
+        return html(pages.resent_page(), 202)
+    if result.outcome != "expired":
+        # A live link, one already used, or one that cannot be used: the page it shows.
         return _outcome_page(result.outcome, token, result.superseded)
     if not result.renewable(svc.policy.resend_horizon):
         return html(pages.too_old_page(), 410)
     assert result.user_id is not None and result.email is not None
-    # One fresh link per expired link, however often the button is pressed.
-    key = "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
     try:
         async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
             await request_verification(
@@ -135,7 +141,7 @@ async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
                 user_id=result.user_id,
                 email=result.email,
                 purpose=result.purpose,
-                idempotency_key=key,
+                idempotency_key=resend_key(token),
                 policy=svc.policy,
                 client_id=result.client_id,
                 locale=result.locale,
@@ -165,6 +171,7 @@ async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
     out = ConfirmOut(
         outcome=outcome,
         verification_id=result.verification_id if outcome != "invalid" else None,
+        superseded_by=result.superseded_by,
         message=CONFIRM_MESSAGES[outcome],
     )
     return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])

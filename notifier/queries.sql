@@ -22,46 +22,47 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: request_verification
--- $1..$25: request_v2's parameters, in order (schema/0012_request_counters_without_waits.sql).
+-- request_v3's parameters by name (schema/0014_fair_limits_and_exact_suppressions.sql).
 -- A whole verification request in one statement: idempotency, suppression, the limits, the
 -- verification and its outbox row (the NOTIFY trigger), the budgets, supersession. One row:
 -- result (accepted, replayed, conflict, suppressed, throttled), and what goes with it.
-SELECT * FROM notifier.request_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-                                  $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
-                                  $25);
+SELECT * FROM notifier.request_v3(
+    p_id => $1, p_user_id => $2, p_email => $3, p_mailbox => $4, p_suppression_key => $5,
+    p_purpose => $6, p_locale => $7, p_token_key_id => $8, p_token_nonce => $9,
+    p_token_hash => $10, p_ttl => $11, p_message_id => $12, p_max_attempts => $13,
+    p_traceparent => $14, p_tracestate => $15, p_idempotency_key => $16,
+    p_fingerprint => $17, p_known_fingerprints => $18, p_idempotency_ttl => $19,
+    p_client_id => $20, p_resend_limit => $21, p_window => $22, p_budget_scopes => $23,
+    p_budget_subjects => $24, p_budget_limits => $25, p_slice => $26, p_replaces => $27);
 
 -- name: confirm_token
--- $1: token hash. Marks the verification verified if the token is live; returns its state
--- either way (no row: no such token).
-WITH confirmed AS (
-    UPDATE notifier.verifications
-    SET verified_at = now()
-    WHERE token_hash = $1 AND verified_at IS NULL AND superseded_at IS NULL
-      AND expires_at > now()
-    RETURNING id, token_hash, verified_at
-)
-SELECT v.id, v.token_hash, v.user_id, v.email, v.purpose, v.client_id, v.scrubbed_at, v.locale,
-       coalesce(c.verified_at, v.verified_at) AS verified_at,
-       v.superseded_at, v.expires_at, v.expires_at <= now() AS expired,
-       c.id IS NOT NULL AS confirmed_now
-FROM notifier.verifications v
-LEFT JOIN confirmed c ON c.id = v.id
-WHERE v.token_hash = $1;
-
--- name: token_state
--- $1: token hash. What a link would do, changing nothing (GET must never confirm).
-SELECT id, token_hash, user_id, email, purpose, client_id, scrubbed_at, locale, verified_at,
-       superseded_at, expires_at, expires_at <= now() AS expired, false AS confirmed_now
-FROM notifier.verifications
-WHERE token_hash = $1;
+-- $1: token hash, $2: apply (true: confirm a live link; false: only say what it would do,
+-- as GET must never confirm). The verification's state afterwards, read in a statement of
+-- its own (confirm_v1, schema 0014); no row: no such token.
+SELECT * FROM notifier.confirm_v1(p_token_hash => $1, p_apply => $2);
 
 -- name: verification_status
--- $1: verification id. Delivery status and verification state, for GET /v1/verifications/{id}.
-SELECT v.id, v.email, v.purpose, v.created_at, v.expires_at, v.verified_at, v.superseded_at,
+-- $1: verification id. Delivery status and verification state, for GET /v1/verifications/{id},
+-- with the newest verification of its resend chain (itself when nothing replaced it).
+WITH RECURSIVE chain AS (
+    SELECT v.id, v.superseded_by, 0 AS depth FROM notifier.verifications v WHERE v.id = $1
+    UNION ALL
+    SELECT later.id, later.superseded_by, c.depth + 1
+    FROM chain c JOIN notifier.verifications later ON later.id = c.superseded_by
+), latest AS (
+    SELECT c.id FROM chain c ORDER BY c.depth DESC LIMIT 1
+)
+SELECT v.id, v.user_id, v.email, v.purpose, v.created_at, v.expires_at, v.verified_at,
+       v.superseded_at, v.superseded_by,
        o.status, o.attempts, o.max_attempts, o.next_attempt_at, o.last_outcome, o.last_error,
-       o.completed_at, o.message_id
+       o.completed_at, o.message_id,
+       l.id AS latest_id, lo.status AS latest_status, l.verified_at AS latest_verified_at,
+       l.expires_at AS latest_expires_at
 FROM notifier.verifications v
 JOIN notifier.email_outbox o ON o.verification_id = v.id
+JOIN latest ON true
+JOIN notifier.verifications l ON l.id = latest.id
+JOIN notifier.email_outbox lo ON lo.verification_id = l.id
 WHERE v.id = $1;
 
 -- name: verification_attempts
@@ -75,13 +76,13 @@ WHERE o.verification_id = $1
 ORDER BY a.id;
 
 -- name: suppressions
--- No parameters. Every mailbox suppressed now, newest first.
+-- No parameters. Every address suppressed now, newest first.
 SELECT email, reason, smtp_code, suppressed_at, expires_at FROM notifier.suppressed_addresses
 WHERE expires_at IS NULL OR expires_at > now()
 ORDER BY suppressed_at DESC;
 
 -- name: clear_suppression
--- $1: canonical mailbox. Returns it if it was suppressed (expired or not).
+-- $1: an address, folded (notifier.addresses.folded). Returns it if it was suppressed (expired or not).
 DELETE FROM notifier.suppressed_addresses WHERE email = $1 RETURNING email;
 
 -- name: api_key_insert
@@ -92,17 +93,36 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id, name, scopes::text[] AS scopes, created_at;
 
 -- name: api_key_by_id
--- $1: key id. What authenticating a request needs; no row: no such key.
+-- $1: key id. What authenticating a request needs; no row: no such key. signed_out: the
+-- sessions of this key signed out one by one (by when they were issued, epoch ms).
 SELECT id, name, scopes::text[] AS scopes, secret_hash, revoked_at IS NOT NULL AS revoked,
-       extract(epoch FROM sessions_valid_after)::float8 AS sessions_valid_after
-FROM notifier.api_keys
+       extract(epoch FROM sessions_valid_after)::float8 AS sessions_valid_after,
+       ARRAY(SELECT s.issued_ms FROM notifier.session_sign_outs s
+             WHERE s.key_id = k.id AND s.expires_at > now()) AS signed_out
+FROM notifier.api_keys k
 WHERE id = $1;
 
--- name: api_key_sign_out
--- $1: key id, $2: the signing-out process's clock (epoch seconds, the clock sessions are
--- issued by). Sessions of this key issued before then are void.
-UPDATE notifier.api_keys SET sessions_valid_after = to_timestamp($2)
-WHERE id = $1 AND revoked_at IS NULL;
+-- name: session_sign_out
+-- $1: key id, $2: when the session was issued (epoch ms), $3: when it would expire (epoch
+-- seconds). That one session is void; the key's other sessions are not.
+INSERT INTO notifier.session_sign_outs (key_id, issued_ms, expires_at)
+VALUES ($1, $2, to_timestamp($3))
+ON CONFLICT (key_id, issued_ms) DO NOTHING;
+
+-- name: forget_session_sign_outs
+-- $1: batch size. Deletes sign-outs of sessions that have expired by themselves since.
+WITH batch AS (
+    SELECT key_id, issued_ms FROM notifier.session_sign_outs
+    WHERE expires_at < now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM notifier.session_sign_outs s USING batch b
+    WHERE (s.key_id, s.issued_ms) = (b.key_id, b.issued_ms)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;
 
 -- name: api_keys
 -- No parameters. Every key, newest first; never the hash.
@@ -205,18 +225,19 @@ WHERE o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
 RETURNING o.id;
 
 -- name: complete_attempts
--- $1: ids, $2: lease tokens, $3: outcomes, $4: retry delays (seconds), $5: SMTP codes,
--- $6: details (redacted), $7: provider message ids, $8: durations (ms), $9: body sent,
--- $10: attempt numbers, $11: discovered_by, $12: lease owner, $13: unknown-outcome limit,
--- $14: claim times, $15: suppress the recipient's mailbox (bool[]), $16: suppression
--- lifetime (seconds).
--- Settles a batch of attempts in one statement (complete_v1, schema/0013): each row changes
--- only while its lease is still held (invariant 3), and every attempt is recorded, held or
--- not. One row back per attempt: id, status, next_attempt_at, lease_held.
-SELECT * FROM notifier.complete_v1($1::bigint[], $2::uuid[], $3::text[], $4::float8[],
-                                   $5::int[], $6::text[], $7::text[], $8::float8[],
-                                   $9::bool[], $10::int[], $11::text[], $12, $13,
-                                   $14::timestamptz[], $15::bool[], $16);
+-- complete_v2's parameters by name (schema 0014), one array element per attempt but for the
+-- lease owner, the unknown-outcome limit and the suppression lifetime (seconds).
+-- Settles a batch of attempts in one statement: each row changes only while its lease is
+-- still held (invariant 3), and every attempt is recorded, held or not. A suppression key
+-- (the refused address, folded) suppresses that address; NULL suppresses nothing. One row
+-- back per attempt: id, status, next_attempt_at, lease_held.
+SELECT * FROM notifier.complete_v2(
+    ids => $1::bigint[], tokens => $2::uuid[], outcomes => $3::text[],
+    retry_delays => $4::float8[], smtp_codes => $5::int[], details => $6::text[],
+    provider_message_ids => $7::text[], durations_ms => $8::float8[],
+    bodies_sent => $9::bool[], attempt_numbers => $10::int[], discoveries => $11::text[],
+    owner => $12, unknown_limit => $13, claim_times => $14::timestamptz[],
+    suppression_keys => $15::text[], suppression_seconds => $16);
 
 -- name: release_leases
 -- $1: outbox ids, $2: lease tokens, $3: lease owner. Shutdown hands back rows whose
@@ -245,6 +266,23 @@ WITH released AS (
 )
 SELECT notifier.announce_v1(ARRAY(SELECT id FROM released)) AS notifications,
        (SELECT count(*) FROM released) AS released;
+
+-- name: defer_leases
+-- $1: outbox ids, $2: lease tokens, $3: delay (seconds). Rows whose recipient domain already
+-- has as many sends in flight as one domain may hold go back uncounted, due after the delay.
+-- No attempt is recorded and nothing is announced: nothing happened to them, and an
+-- announcement would only bring them straight back to a domain that is still busy.
+UPDATE notifier.email_outbox o SET
+    status = 'pending',
+    attempts = o.attempts - 1,
+    lease_owner = NULL,
+    lease_token = NULL,
+    lease_until = NULL,
+    next_attempt_at = now() + make_interval(secs => $3),
+    updated_at = now()
+FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+WHERE o.id = i.id AND o.lease_token = i.token AND o.status = 'sending'
+RETURNING o.id;
 
 -- name: leases_held_by
 -- $1: lease owner. The leases the database says one owner holds: a worker's last look
@@ -387,7 +425,7 @@ ORDER BY later.created_at DESC
 LIMIT 1;
 
 -- name: console_suppression
--- $1: canonical mailbox. Its suppression now in force, or no row.
+-- $1: an address, folded (notifier.addresses.folded). Its suppression now in force, or no row.
 SELECT email, reason, smtp_code, suppressed_at, expires_at
 FROM notifier.suppressed_addresses
 WHERE email = $1 AND (expires_at IS NULL OR expires_at > now());
@@ -402,12 +440,15 @@ LIMIT $1;
 
 -- name: scrub_finished
 -- $1: age (seconds), $2: batch size. Verifications whose delivery finished more than $1
--- seconds ago and whose link has expired lose everything derived from the address or the
--- idempotency key: the address and mailbox become their redacted form ("a***@example.com"),
--- the key and the request's fingerprint are cleared. One bounded batch per call; returns
--- how many were scrubbed.
+-- seconds ago and whose link has expired lose everything derived from the person: the
+-- address, mailbox and user id become their redacted form ("a***@example.com", "4***"),
+-- the idempotency key and the request's fingerprint are cleared, and so are the mail
+-- servers' words about them (attempt details, the last error, the provider's reply, and
+-- the reason of a suppression one of them caused, which keeps its code). The suppression
+-- itself stays until it expires: it is what keeps that address from being mailed. One
+-- bounded batch per call; returns how many were scrubbed.
 WITH batch AS (
-    SELECT v.id
+    SELECT v.id, o.id AS outbox_id
     FROM notifier.email_outbox o
     JOIN notifier.verifications v ON v.id = o.verification_id
     WHERE o.completed_at < now() - make_interval(secs => $1) AND v.scrubbed_at IS NULL
@@ -421,12 +462,30 @@ WITH batch AS (
                 || substr(v.email, strpos(v.email, '@') + 1),
         mailbox = left(split_part(v.mailbox, '@', 1), 1) || '***@'
                   || substr(v.mailbox, strpos(v.mailbox, '@') + 1),
+        user_id = left(v.user_id, 1) || '***',
         idempotency_key = NULL,
         request_fingerprint = NULL,
         scrubbed_at = now()
     FROM batch b
     WHERE v.id = b.id
     RETURNING v.id
+), outbox AS (
+    UPDATE notifier.email_outbox o
+    SET last_error = CASE WHEN o.last_error IS NULL THEN NULL ELSE '[scrubbed]' END,
+        provider_message_id = NULL
+    FROM batch b
+    WHERE o.id = b.outbox_id
+), attempts AS (
+    UPDATE notifier.delivery_attempts a
+    SET detail = CASE WHEN a.detail IS NULL THEN NULL ELSE '[scrubbed]' END,
+        provider_message_id = NULL
+    FROM batch b
+    WHERE a.outbox_id = b.outbox_id AND (a.detail IS NOT NULL OR a.provider_message_id IS NOT NULL)
+), reasons AS (
+    UPDATE notifier.suppressed_addresses s
+    SET reason = 'the recipient''s server refused the address for good ([scrubbed])'
+    FROM batch b
+    WHERE s.outbox_id = b.outbox_id
 )
 SELECT count(*) FROM scrubbed;
 

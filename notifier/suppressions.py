@@ -1,7 +1,7 @@
-"""Suppressed mailboxes, as operators and support staff list and clear them.
+"""Suppressed addresses, as operators and support staff list and clear them.
 
 Workers write suppressions when they settle a delivery (complete_attempts); requests read
-them (request_v2). This module is the one place that lists and clears them, for the CLI
+them (request_v3). This module is the one place that lists and clears them, for the CLI
 and the internal API alike.
 """
 
@@ -11,15 +11,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from notifier import addresses
 from notifier.queries import sql
-from notifier.verifications import normalize_email
+from notifier.verifications import InvalidRequest
 
 
 @dataclass(frozen=True, slots=True)
 class Suppression:
-    """One suppressed mailbox: why, since when, until when (None: until cleared)."""
+    """One suppressed address (lowercased, as it was refused): why, since when, until when
+    (None: until cleared)."""
 
-    mailbox: str
+    address: str
     reason: str
     smtp_code: int | None
     suppressed_at: datetime
@@ -27,7 +29,7 @@ class Suppression:
 
 
 async def active(conn: Any) -> list[Suppression]:
-    """Every mailbox suppressed now, newest first."""
+    """Every address suppressed now, newest first."""
     return [
         Suppression(r["email"], r["reason"], r["smtp_code"], r["suppressed_at"], r["expires_at"])
         for r in await conn.fetch(sql("suppressions"))
@@ -35,8 +37,11 @@ async def active(conn: Any) -> list[Suppression]:
 
 
 async def clear(conn: Any, address: str, separators: str) -> str | None:
-    """Clear the mailbox `address` is a spelling of; its canonical form, or None if it was
-    not suppressed. InvalidRequest for something that is not an address."""
-    mailbox = normalize_email(address, separators)
-    cleared: str | None = await conn.fetchval(sql("clear_suppression"), mailbox)
+    """Clear the suppression of `address` (whatever its case); the address as it was
+    suppressed, or None if it was not. InvalidRequest for something that is not an address."""
+    try:
+        key = addresses.parse(address, separators).folded
+    except addresses.InvalidAddress as exc:
+        raise InvalidRequest("email", str(exc)) from exc
+    cleared: str | None = await conn.fetchval(sql("clear_suppression"), key)
     return cleared

@@ -26,7 +26,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from notifier import events
 from notifier.events import WorkerEvent
 from notifier.outcomes import TERMINAL
-from notifier.redact import redact_text
 from notifier.settings_spec import environment
 from notifier.version import __version__
 
@@ -314,8 +313,9 @@ class ServerSpans:
     An incoming traceparent is continued only when `trust_incoming(scope)` says the caller
     proved who it is (an authenticated internal client); anyone else's starts a new trace,
     linked to theirs, so a stranger cannot graft spans onto our traces or pick trace ids.
-    The span names the route template, never the raw URL: a query string can hold a token,
-    and a path an address (redacted here).
+    The span names the route template, never the raw URL or path: a query string can hold a
+    token, a path an address, and a stranger chooses both (and their length), before any key
+    is checked. What a span needs is which route answered.
     """
 
     def __init__(self, app: Any, trust_incoming: Callable[[Any], bool] | None = None) -> None:
@@ -348,7 +348,6 @@ class ServerSpans:
             links=links,
             attributes={
                 "http.request.method": method,
-                "url.path": redact_text(scope["path"]),
                 "url.scheme": scope.get("scheme", "http"),
                 "network.protocol.version": scope.get("http_version", "1.1"),
             },
@@ -441,6 +440,12 @@ class WorkerMetrics:
             description="Deliveries refused for our side's reasons (sender refused, policy or "
             "content rejection): failed, recipients not suppressed; fix the configuration",
         )
+        self.deferrals = meter.create_counter(
+            "notifier.domain_deferrals",
+            unit="{row}",
+            description="Rows handed back because their recipient domain already held its "
+            "share of the send slots (NOTIFIER_DOMAIN_CONCURRENCY): a slow or busy domain",
+        )
         self.unknown_token_keys = meter.create_counter(
             "notifier.unknown_token_keys",
             unit="{attempt}",
@@ -470,6 +475,8 @@ class WorkerMetrics:
                 self.configuration_problems.add(1)
             case events.UnknownTokenKey():
                 self.unknown_token_keys.add(1)
+            case events.Deferred():
+                self.deferrals.add(1)
             case _:
                 pass  # the other events are not counted
 

@@ -8,6 +8,7 @@ verifications for the same recipient, all inside one transaction on the caller's
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 import uuid
@@ -274,6 +275,7 @@ async def request_verification(
     tracestate: str | None = None,
     client_id: str | None = None,
     locale: str | None = None,
+    replaces: uuid.UUID | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn`.
 
@@ -283,7 +285,9 @@ async def request_verification(
     `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
     closest one there are templates for is used, English by default.
     `client_id` is the API key that asked (None: the application's own code); idempotency
-    keys are scoped to it, so two clients using the same key never collide.
+    keys are scoped to it, so two clients using the same key never collide, and a request
+    supersedes only that client's earlier verifications of the recipient, and `replaces`
+    (a console resend: a support key replacing the app's failed verification).
     """
     policy = policy or _env_policy()
     limits = policy.limits
@@ -298,7 +302,7 @@ async def request_verification(
     with producer_span() as span:
         if traceparent is None:
             traceparent, tracestate = inject_current()
-        # One statement (schema request_v2): one round trip in the caller's transaction, or
+        # One statement (schema request_v3): one round trip in the caller's transaction, or
         # one that commits by itself; a refusal comes back as a row and writes nothing.
         row = await conn.fetchrow(
             sql("request_verification"),
@@ -306,6 +310,7 @@ async def request_verification(
             request.user_id,
             request.email,
             request.address.mailbox,
+            request.address.folded,
             request.purpose,
             request.locale,
             issued.key_id,
@@ -327,6 +332,7 @@ async def request_verification(
             budgets.subjects,
             budgets.limits,
             budgets.slice_seconds,
+            replaces,
         )
         if span is not None:
             span.set_attribute("notifier.request.result", row["result"])
@@ -337,7 +343,7 @@ async def request_verification(
 
 
 def _answer(row: Any) -> VerificationResult:
-    """What request_v2's row means: a result, or the refusal raised as its error."""
+    """What request_v3's row means: a result, or the refusal raised as its error."""
     match row["result"]:
         case "accepted":
             return VerificationResult(row["id"], "pending", row["expires_at"])
@@ -350,12 +356,19 @@ def _answer(row: Any) -> VerificationResult:
         case "throttled":
             raise Throttled(row["retry_after"], row["limit_scope"])
         case unknown:
-            raise RuntimeError(f"request_v2 answered {unknown!r}")
+            raise RuntimeError(f"request_v3 answered {unknown!r}")
 
 
 @dataclass(frozen=True, slots=True)
 class _Budgets:
-    """The shared budgets (domain, client, global) one request counts against."""
+    """The shared budgets (domain, client, global) one request counts against.
+
+    The domain budget is each client's own (one client's traffic, or a bot driving it,
+    never refuses another client's users) and is not kept for the shared providers'
+    domains (RequestSettings.shared_domains), where it would refuse real users of that
+    provider rather than protect anyone: it guards one organisation's domain from being
+    bombed through one client.
+    """
 
     scopes: list[str]
     subjects: list[bytes]
@@ -365,8 +378,13 @@ class _Budgets:
     @classmethod
     def of(cls, policy: Policy, request: VerificationRequest, client_id: str | None) -> _Budgets:
         limits = policy.limits
+        domain = request.address.domain
         wanted = [
-            ("domain", request.address.domain, limits.domain_limit),
+            (
+                "domain",
+                None if domain in limits.shared_domains else f"{client_id or ''}:{domain}",
+                limits.domain_limit,
+            ),
             ("client", client_id, limits.client_limit),
             ("global", "", limits.global_limit),
         ]
@@ -402,8 +420,9 @@ class Confirmation:
 
     outcome: ConfirmOutcome
     verification_id: uuid.UUID | None = None
-    # Set when the link was replaced by a newer one (its outcome is "invalid").
+    # Set when the link was replaced by a newer one (its outcome is "invalid"), and by which.
     superseded: bool = False
+    superseded_by: uuid.UUID | None = None
     # The verification's recipient, to offer a fresh link when this one expired.
     user_id: str | None = None
     email: str | None = None
@@ -415,18 +434,34 @@ class Confirmation:
     expired_at: datetime | None = None
     # Its address was scrubbed (retention): nothing can be sent for it again.
     scrubbed: bool = False
+    # The user is verified for this purpose already (by this client, with another link).
+    user_verified: bool = False
+    # The client that requested it still has a valid key (always, for the library call).
+    client_valid: bool = True
+    # What replaced it is the fresh link this very link asked for.
+    renewed_here: bool = False
 
     def renewable(self, horizon: float) -> bool:
-        """Whether its page may send one fresh link: it expired (or a fresh link already
-        replaced it) less than `horizon` seconds ago, and its address is still there."""
-        if self.scrubbed or self.user_id is None or self.email is None:
-            return False
-        if self.outcome != "expired" and not self.superseded:
-            return False
+        """Whether its page may send one fresh link: only an expired link, never replaced
+        (a link renews once, for good, and a replaced link is no longer the user's), of a
+        user not verified yet, whose client's key is still valid, that expired less than
+        `horizon` seconds ago, with its address still there."""
         return (
-            self.expired_at is None
-            or (datetime.now(UTC) - self.expired_at).total_seconds() < horizon
+            self.outcome == "expired"
+            and not self.superseded
+            and not self.user_verified
+            and self.client_valid
+            and not self.scrubbed
+            and self.user_id is not None
+            and self.email is not None
+            and self.expired_at is not None
+            and (datetime.now(UTC) - self.expired_at).total_seconds() < horizon
         )
+
+
+def resend_key(token: str) -> str:
+    """The idempotency key of the fresh link `token`'s page asks for: one per link."""
+    return "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
 
 
 async def confirm(conn: Any, token: str, *, apply: bool, keys: TokenKeys) -> Confirmation:
@@ -434,12 +469,13 @@ async def confirm(conn: Any, token: str, *, apply: bool, keys: TokenKeys) -> Con
 
     The token is looked up by its hash; the raw token is never stored, logged or returned.
     A token made with a secret no longer in `keys` is invalid: removing a secret revokes
-    its links.
+    its links. A confirm racing another confirm of the same link answers "already
+    verified" (confirm_v1 reads the state after the other one committed).
     """
     if not isinstance(token, str) or not looks_like_token(token) or not keys.knows(token):
         return Confirmation("invalid")
     token_hash = hash_token(token)
-    row = await conn.fetchrow(sql("confirm_token" if apply else "token_state"), token_hash)
+    row = await conn.fetchrow(sql("confirm_token"), token_hash, apply)
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), token_hash):
         return Confirmation("invalid")
     recipient = {
@@ -450,13 +486,22 @@ async def confirm(conn: Any, token: str, *, apply: bool, keys: TokenKeys) -> Con
         "client_id": row["client_id"],
         "expired_at": row["expires_at"] if row["expired"] else None,
         "scrubbed": row["scrubbed_at"] is not None,
+        "user_verified": row["user_verified"],
+        "client_valid": row["client_valid"],
     }
     if row["confirmed_now"]:
         return Confirmation("verified", row["id"], **recipient)
     if row["verified_at"] is not None:
         return Confirmation("already_verified", row["id"], **recipient)
     if row["superseded_at"] is not None:
-        return Confirmation("invalid", row["id"], superseded=True, **recipient)
+        return Confirmation(
+            "invalid",
+            row["id"],
+            superseded=True,
+            superseded_by=row["superseded_by"],
+            renewed_here=row["successor_key"] == resend_key(token),
+            **recipient,
+        )
     if row["expired"]:
         return Confirmation("expired", row["id"], **recipient)
     return Confirmation("ready", row["id"], **recipient)

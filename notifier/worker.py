@@ -24,9 +24,10 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from notifier import events
-from notifier.addresses import envelope_recipient
+from notifier.addresses import envelope_recipient, folded, spellings
 from notifier.batching import Batcher
 from notifier.config import WorkerSettings
+from notifier.destinations import DomainPlaces
 from notifier.events import Events, Observer
 from notifier.intake import Intake
 from notifier.leases import Claimed, Completed, Completion, Held, Leases
@@ -34,6 +35,7 @@ from notifier.listener import Listener
 from notifier.mailer import SendResult, Transport
 from notifier.messages import Templates
 from notifier.outcomes import AttemptOutcome, Discovery, Sendability, judge
+from notifier.redact import redact_spellings
 from notifier.retries import Backoff
 from notifier.telemetry import (
     DESTINATION,
@@ -73,6 +75,14 @@ RECHECK_AFTER_FRACTION = 0.1
 SEND_TASK_NAME = "notifier.worker.deliver"
 # Local retry deadlines are padded so the claim never arrives before the database's due time.
 RETRY_TIMER_MARGIN_SECONDS = 0.005
+# A row of a domain with as many rows already waiting for its places as may wait
+# (destinations.DomainPlaces) goes back to the database for this long (seconds, jittered by
+# a fifth), then this worker claims it again.
+DOMAIN_DEFER_SECONDS = 1.0
+
+
+def _domain_of(row: Claimed) -> str:
+    return row.email.rpartition("@")[2].lower()
 
 
 def default_owner(name: str = "worker") -> str:
@@ -233,6 +243,8 @@ class Worker:
         # Rows whose attempt's result could not be recorded: their lease must run out, as
         # the attempt may have sent.
         self._unrecorded: set[int] = set()
+        # No recipient domain may hold more than settings.per_domain send slots (invariant 15).
+        self._places = DomainPlaces(settings.per_domain, max_waiting=settings.batch_size)
         self._stopping = False
 
     @property
@@ -381,23 +393,38 @@ class Worker:
                 self.intake.request_sweep("sweep")
                 await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
                 continue
-            to_send: list[tuple[Claimed, _Claim]] = []
+            to_send: list[tuple[Claimed, _Claim, bool]] = []
+            crowded: list[Held] = []
             for row, claim in rows:
-                if row.fate == "send":
-                    to_send.append((row, claim))
-                else:
+                domain = _domain_of(row)
+                if row.fate != "send":
                     self.observer.notice(events.Settled(row.id, row.fate))
+                elif self._places.take(domain):
+                    to_send.append((row, claim, True))
+                elif self._places.may_wait(domain):
+                    # Its domain holds its share of the slots: it waits for one of that
+                    # domain's places without a slot, so other domains' mail goes on.
+                    to_send.append((row, claim, False))
+                elif row.lease_token is not None:
+                    crowded.append(Held(row.id, row.lease_token))
             if self._stopping:
                 # Answered after shutdown began: what the claim leased goes back unsent.
-                await self._release_held(
-                    [Held(r.id, r.lease_token) for r, _ in to_send if r.lease_token is not None]
-                )
-                to_send = []
-            for row, claim in to_send:
+                for row, _, placed in to_send:
+                    if placed:
+                        self._places.leave(_domain_of(row))
+                crowded += [Held(r.id, r.lease_token) for r, _, _ in to_send if r.lease_token]
+                await self._release_held(crowded)
+                to_send, crowded = [], []
+            for row, claim, placed in to_send:
                 # Named: anyio would otherwise derive a name from the function each time.
-                sends.start_soon(self._deliver, row, claim, name=SEND_TASK_NAME)
-            for _ in range(free - len(to_send)):
+                sends.start_soon(self._deliver, row, claim, placed, name=SEND_TASK_NAME)
+            for _ in range(free - sum(placed for _, _, placed in to_send)):
                 slots.release()
+            if crowded:
+                await self._defer(crowded)
+                # What is due now is this busy domain's: claiming again at once would only
+                # hand it back again. Other domains' rows wait at most this long.
+                await anyio.sleep(DOMAIN_DEFER_SECONDS)
 
     async def _claim(self, limit: int) -> list[tuple[Claimed, _Claim]]:
         """Claim up to `limit` rows: notified (or timer-offered) ids first, else a sweep."""
@@ -451,6 +478,20 @@ class Worker:
         )
         return [(row, _Claim(claim, sent_at)) for row in rows]
 
+    async def _defer(self, crowded: list[Held]) -> None:
+        """Hand rows of a domain with as many rows waiting as may wait back uncounted,
+        holding neither a slot nor a lease while that domain is busy, and claim them again
+        after DOMAIN_DEFER_SECONDS."""
+        delay = DOMAIN_DEFER_SECONDS * random.uniform(0.8, 1.2)
+        answer = await _persisted(lambda: self.leases.defer(crowded, delay))
+        if isinstance(answer, Exception):
+            log.warning("could not hand back deliveries to a busy domain (%s)", answer)
+            return
+        for held in crowded:
+            if held.id in answer:
+                self._schedule_retry(held.id, delay)
+                self.observer.notice(events.Deferred(held.id, delay))
+
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
         self.observer.notice(
             events.Claimed(self.owner, row.id, row.discovered_by, row.attempt, waited)
@@ -458,13 +499,23 @@ class Worker:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def _deliver(self, row: Claimed, claim: _Claim) -> None:
+    async def _deliver(self, row: Claimed, claim: _Claim, placed: bool) -> None:
+        """Send `row`: with its domain place and a send slot already taken (`placed`), or
+        after waiting for a place of its domain and then for a slot."""
         assert row.lease_token is not None and self._slots is not None
         link_left = (row.expires_at - (row.claimed_at or row.expires_at)).total_seconds()
         flight = _Flight(row, row.lease_token, claim.sent_at, link_left, claim.sent_at)
         self._flights[row.id] = flight
+        domain = _domain_of(row)
         with process_span(row, claim.trace, self.owner, self._traced) as span:
+            holds_slot = placed
             try:
+                if not placed:
+                    # The lease keeper renews this lease meanwhile (it is in _flights).
+                    await self._places.wait(domain)
+                    placed = True
+                    await self._slots.acquire()
+                    holds_slot = True
                 completion = await self._attempt(flight)
             except anyio.get_cancelled_exc_class():
                 # Shutdown cancelled the attempt before any body went out: hand the row back.
@@ -473,7 +524,10 @@ class Worker:
                 raise
             finally:
                 del self._flights[row.id]
-                self._slots.release()
+                if placed:
+                    self._places.leave(domain)
+                if holds_slot:
+                    self._slots.release()
             if span is not None:
                 span.set_attribute("notifier.outcome", completion.outcome)
                 if completion.outcome not in ("sent", "verified"):
@@ -599,9 +653,17 @@ class Worker:
     ) -> Completion:
         """How the attempt on `flight` ended, with the transport's evidence if it has any."""
         row = flight.row
-        if detail is None and result is not None:
+        provider_message_id = None if result is None else result.provider_message_id
+        if result is not None:
             # Stored as support staff read it in a bounce: "550 5.1.1 <u***@x.com>: ...".
-            detail = f"{result.code or ''} {result.reply or ''}".strip() or None
+            # A server may echo the address in a shape no pattern finds; notifier knows
+            # every shape it sent, and each is replaced.
+            known = spellings(row.email)
+            if detail is None:
+                detail = redact_spellings(f"{result.code or ''} {result.reply or ''}", known)
+                detail = detail.strip() or None
+            if provider_message_id is not None:
+                provider_message_id = redact_spellings(provider_message_id, known)
         return Completion(
             id=row.id,
             token=flight.token,
@@ -613,10 +675,10 @@ class Worker:
             retry_delay=self.backoff.delay(row.attempt) if retry else 0.0,
             smtp_code=None if result is None else result.code,
             detail=detail,
-            provider_message_id=None if result is None else result.provider_message_id,
+            provider_message_id=provider_message_id,
             body_sent=False if result is None else result.body_sent,
             smtp_seconds=None if result is None else result.duration,
-            suppress=suppress,
+            suppress=folded(row.email) if suppress else None,
         )
 
     async def _complete(self, completion: Completion) -> None:

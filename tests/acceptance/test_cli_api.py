@@ -169,3 +169,19 @@ async def test_suppressions_are_listed_and_cleared(
     assert cleared.returncode == 0 and "cleared gone@example.com" in cleared.stdout
     assert again.returncode == 1
     assert await db.fetchval("SELECT count(*) FROM notifier.suppressed_addresses") == 0
+
+
+async def test_a_listed_reason_can_neither_draw_on_the_terminal_nor_fake_a_row(
+    database_url: str, db: asyncpg.Connection
+) -> None:
+    # Stored as an earlier release stored replies: whole, escapes and line breaks included.
+    hostile = "550 5.1.1 \x1b[2J\x1b[31mgone\nfake@row.example\t2026-01-01 00:00\tuntil cleared"
+    await db.execute(
+        "INSERT INTO notifier.suppressed_addresses (email, reason, smtp_code) VALUES ($1, $2, 550)",
+        "gone@example.com",
+        hostile,
+    )
+    listed = await run_cli("suppressions", "list", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert listed.returncode == 0
+    assert "\x1b" not in listed.stdout and "\\x1b[2J" in listed.stdout
+    assert listed.stdout.count("\n") == 1, listed.stdout  # one suppression, one row

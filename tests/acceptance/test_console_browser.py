@@ -40,8 +40,11 @@ async def test_a_verification_from_the_emails_html_shows_in_the_console_as_sent(
     with anyio.fail_after(WAIT_SECONDS):
         [mail] = await inbox_holding(api, 1)
 
-    # The inbox, the message's HTML view, and the link inside the email itself.
+    # The inbox, not signed in yet: its sign-in form, which comes back to it. Then the
+    # message's HTML view, and the link inside the email itself.
     await page.goto(f"{dev.url}/dev/inbox")
+    await sign_in(page, dev.key)
+    await expect(page).to_have_url(f"{dev.url}/dev/inbox")
     await page.get_by_role("link", name=mail["subject"]).click()
     email = page.frame_locator("iframe.email-frame")
     async with page.context.expect_page() as opened:
@@ -51,10 +54,8 @@ async def test_a_verification_from_the_emails_html_shows_in_the_console_as_sent(
     outcome = link_page.locator("h1#outcome")
     await expect(outcome).to_have_attribute("data-outcome", "verified", timeout=BROWSER_WAIT_MS)
 
-    # The console: not signed in yet, so its sign-in form, which comes back here.
+    # The console: the same session.
     await page.goto(f"{dev.url}/console/deliveries")
-    await sign_in(page, dev.key)
-    await expect(page).to_have_url(f"{dev.url}/console/deliveries")
     await page.get_by_label("Email address or verification id").fill("Ada@Example.com")
     await page.get_by_role("button", name="Search").click()
     results = page.get_by_role("list", name="Deliveries, newest first")

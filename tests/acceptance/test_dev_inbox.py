@@ -16,10 +16,12 @@ from tests.support.browser import (
     BROWSER_WAIT_MS,
     READY,
     WAIT_SECONDS,
+    Dev,
     dev_server,
     inbox_holding,
     parse_ready_line,
     request_verification,
+    sign_in_with_dev_key,
 )
 from tests.support.cli import running_cli
 from tests.support.looks import horizontal_overflow, low_contrast
@@ -27,6 +29,12 @@ from tests.support.looks import horizontal_overflow, low_contrast
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
 
 PHONE: ViewportSize = {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def page(dev_page: Page) -> Page:
+    """The inbox needs the dev key: every page here is a browser signed in with it."""
+    return dev_page
 
 
 async def live_inbox(page: Page, dev_url: str, path: str = "/dev/inbox") -> None:
@@ -167,13 +175,14 @@ async def test_searching_by_address_filters_the_list_as_you_type(
 
 
 async def test_search_works_without_javascript_too(
-    api: httpx.AsyncClient, browser: Browser, dev_url: str
+    api: httpx.AsyncClient, browser: Browser, dev: Dev, dev_url: str
 ) -> None:
     await request_verification(api, "ada@example.com")
     await request_verification(api, "grace@example.org")
     with anyio.fail_after(WAIT_SECONDS):
         await inbox_holding(api, 2)
     context = await browser.new_context(java_script_enabled=False)
+    await sign_in_with_dev_key(context, dev)
     page = await context.new_page()
     await page.goto(dev_url + "/dev/inbox")
     await page.get_by_label("Search by address").fill("grace")
@@ -195,20 +204,53 @@ async def test_delete_all_empties_the_inbox(
     assert (await api.get("/dev/inbox.json")).json() == []
 
 
-async def test_another_site_cannot_empty_the_inbox(api: httpx.AsyncClient) -> None:
+async def test_another_site_cannot_empty_a_signed_in_browsers_inbox(
+    api: httpx.AsyncClient, dev: Dev
+) -> None:
     await request_verification(api, "ada@example.com")
     with anyio.fail_after(WAIT_SECONDS):
         await inbox_holding(api, 1)
-    refused = await api.post(
-        "/dev/inbox/delete-all",
-        headers={"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
-    )
+    async with httpx.AsyncClient(base_url=dev.url) as browser_like:
+        signed_in = await browser_like.post("/sign-in", data={"key": dev.key, "next": "/"})
+        assert signed_in.status_code == 303
+        # The session cookie goes along, as a browser would send it with another site's form.
+        refused = await browser_like.post(
+            "/dev/inbox/delete-all",
+            headers={"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+        )
     assert refused.status_code == 403
     assert len((await api.get("/dev/inbox.json")).json()) == 1
 
 
+async def test_the_inbox_needs_the_dev_key(api: httpx.AsyncClient, dev: Dev) -> None:
+    """Loopback is every local user's: without the key (or a browser signed in with it) the
+    inbox and its live links are refused, and the start page shows nothing of them."""
+    await request_verification(api, "ada@example.com")
+    with anyio.fail_after(WAIT_SECONDS):
+        [mail] = await inbox_holding(api, 1)
+    async with httpx.AsyncClient(base_url=dev.url) as stranger:
+        for path in (
+            "/dev/inbox",
+            "/dev/inbox.json",
+            "/dev/inbox/events",
+            f"/dev/inbox/{mail['number']}",
+            f"/dev/inbox/{mail['number']}/html",
+            f"/dev/inbox/{mail['number']}/raw",
+        ):
+            refused = await stranger.get(path)
+            assert refused.status_code == 401, path
+            assert mail["link"] not in refused.text, path
+        emptied = await stranger.post("/dev/inbox/delete-all")
+        assert emptied.status_code == 401
+        landing = await stranger.get("/")
+        assert landing.status_code == 200 and mail["link"] not in landing.text
+        page = await stranger.get("/dev/inbox", headers={"Accept": "text/html"})
+        assert page.status_code == 401 and "API key" in page.text  # the sign-in form
+    assert len((await api.get("/dev/inbox.json")).json()) == 1
+
+
 async def test_messages_survive_a_restart_of_notifier_dev(
-    dev_env: dict[str, str], dev_data: Path, page: Page
+    dev_env: dict[str, str], dev_data: Path, browser: Browser
 ) -> None:
     async with dev_server(dev_env) as dev, dev.client() as api:
         await request_verification(api, "ada@example.com")
@@ -218,8 +260,12 @@ async def test_messages_survive_a_restart_of_notifier_dev(
     async with dev_server(dev_env) as dev, dev.client() as api:
         [after] = (await api.get("/dev/inbox.json")).json()
         assert (after["number"], after["link"]) == (before["number"], before["link"])
+        context = await browser.new_context()
+        await sign_in_with_dev_key(context, dev)
+        page = await context.new_page()
         await page.goto(f"{dev.url}/dev/inbox/{after['number']}")
         await expect(page.locator("#verify-link")).to_have_attribute("href", before["link"])
+        await context.close()
 
 
 async def test_a_missing_message_says_so_and_leads_back_to_the_inbox(
@@ -236,12 +282,13 @@ async def test_a_missing_message_says_so_and_leads_back_to_the_inbox(
 
 @pytest.mark.parametrize("path", ["/", "/dev/inbox", "message", "/dev/inbox/4242"])
 async def test_dev_pages_fit_a_390_px_phone_without_sideways_scrolling(
-    api: httpx.AsyncClient, browser: Browser, dev_url: str, path: str
+    api: httpx.AsyncClient, browser: Browser, dev: Dev, dev_url: str, path: str
 ) -> None:
     await request_verification(api, "someone.with.a.rather.long.address@subdomain.example.com")
     with anyio.fail_after(WAIT_SECONDS):
         [mail] = await inbox_holding(api, 1)
     context = await browser.new_context(viewport=PHONE)
+    await sign_in_with_dev_key(context, dev)
     page = await context.new_page()
     await page.goto(dev_url + (f"/dev/inbox/{mail['number']}" if path == "message" else path))
     assert await horizontal_overflow(page) == 0
@@ -250,12 +297,17 @@ async def test_dev_pages_fit_a_390_px_phone_without_sideways_scrolling(
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 async def test_dev_pages_text_has_enough_contrast(
-    api: httpx.AsyncClient, browser: Browser, dev_url: str, scheme: Literal["light", "dark"]
+    api: httpx.AsyncClient,
+    browser: Browser,
+    dev: Dev,
+    dev_url: str,
+    scheme: Literal["light", "dark"],
 ) -> None:
     await request_verification(api, "ada@example.com")
     with anyio.fail_after(WAIT_SECONDS):
         [mail] = await inbox_holding(api, 1)
     context = await browser.new_context(color_scheme=scheme)
+    await sign_in_with_dev_key(context, dev)
     page = await context.new_page()
     for path in ("/", "/dev/inbox", f"/dev/inbox/{mail['number']}", "/dev/inbox/4242"):
         await page.goto(dev_url + path)

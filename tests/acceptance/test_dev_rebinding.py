@@ -49,10 +49,10 @@ async def test_dev_answers_no_foreign_host_name(
                 headers={**bearer(key), "Idempotency-Key": "rebind-1"},
             )
             assert created.status_code == 202, created.text
-            own = await client.get("/dev/inbox.json")
+            own = await client.get("/dev/inbox.json", headers=bearer(key))
             # What the rebound page's script sends: the attacker's name, the same socket.
             rebound = await client.get(
-                "/dev/inbox.json", headers={"Host": f"{REBOUND_HOST}:{port}"}
+                "/dev/inbox.json", headers={**bearer(key), "Host": f"{REBOUND_HOST}:{port}"}
             )
     assert own.status_code == 200
     assert rebound.status_code in (400, 403, 421), rebound.text

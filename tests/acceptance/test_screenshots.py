@@ -20,7 +20,13 @@ from playwright.async_api import Browser, Page
 
 from notifier.messages import Templates
 from tests.support import harness
-from tests.support.browser import WAIT_SECONDS, inbox_holding, request_verification
+from tests.support.browser import (
+    WAIT_SECONDS,
+    Dev,
+    inbox_holding,
+    request_verification,
+    sign_in_with_dev_key,
+)
 from tests.support.console_stack import ConsoleStack, console_paths, signed_in_page
 from tests.support.looks import horizontal_overflow, low_contrast
 
@@ -104,7 +110,7 @@ async def test_email_button_spans_a_phone_screen_and_is_easy_to_tap(browser: Bro
 
 
 async def test_dev_page_screenshots_at_1280_and_390_px(
-    browser: Browser, api: httpx.AsyncClient, dev_url: str, shots: Path
+    browser: Browser, api: httpx.AsyncClient, dev: Dev, dev_url: str, shots: Path
 ) -> None:
     await request_verification(api, "ada@example.com")
     await request_verification(api, "grace.hopper@example.org", locale="de")
@@ -123,6 +129,7 @@ async def test_dev_page_screenshots_at_1280_and_390_px(
     for width in (1280, 390):
         for scheme in SCHEMES:
             page = await shoot(browser, width, scheme, height=800)
+            await sign_in_with_dev_key(page.context, dev)
             for name, path in pages.items():
                 await page.goto(dev_url + path)
                 if name == "inbox":

@@ -12,7 +12,7 @@ import pytest
 
 from notifier.tokens import TokenKeys
 from tests.support.apps import Clients, serve
-from tests.support.deliveries import expire_verification, policy_for_tests
+from tests.support.deliveries import expire_verification, link_token, policy_for_tests
 
 pytestmark = pytest.mark.anyio
 
@@ -43,14 +43,6 @@ async def counts(db: asyncpg.Connection) -> tuple[int, int]:
         await db.fetchval("SELECT count(*) FROM notifier.verifications"),
         await db.fetchval("SELECT count(*) FROM notifier.email_outbox"),
     )
-
-
-async def token_for(db: asyncpg.Connection, keys: TokenKeys, verification_id: str) -> str:
-    row = await db.fetchrow(
-        "SELECT id, token_key_id, token_nonce FROM notifier.verifications WHERE id = $1",
-        uuid.UUID(verification_id),
-    )
-    return keys.derive(row["token_key_id"], row["id"], bytes(row["token_nonce"]))
 
 
 async def test_request_writes_a_verification_and_its_outbox_row_and_answers_202(
@@ -189,7 +181,7 @@ async def test_a_new_request_supersedes_the_earlier_unverified_one(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     first = (await post(client, key="k1")).json()
-    old_token = await token_for(db, keys, first["id"])
+    old_token = await link_token(db, keys, first["id"])
     second = (await post(client, key="k2")).json()
     status = (await client.get(f"/v1/verifications/{first['id']}")).json()
     assert (status["status"], status["superseded"], status["last_outcome"]) == (
@@ -244,7 +236,7 @@ async def test_status_shows_delivery_state_with_the_email_redacted_and_no_token(
     client: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     response = await client.get(f"/v1/verifications/{created['id']}")
     body = response.json()
     assert (body["status"], body["verified"], body["attempts"]) == ("pending", False, 0)
@@ -266,7 +258,7 @@ async def test_confirming_a_live_token_verifies_once(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     first = await public.post("/v1/verifications/confirm", json={"token": token})
     second = await public.post("/v1/verifications/confirm", json={"token": token})
     assert (first.status_code, first.json()["outcome"]) == (200, "verified")
@@ -278,7 +270,7 @@ async def test_confirming_an_expired_token_is_410(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     outbox_id = await db.fetchval("SELECT id FROM notifier.email_outbox")
     await expire_verification(db, outbox_id)
     response = await public.post("/v1/verifications/confirm", json={"token": token})
@@ -297,7 +289,7 @@ async def test_opening_the_link_changes_nothing_until_confirm_is_pressed(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     page = await public.get("/verify", params={"token": token})
     assert page.status_code == 200 and "Confirm" in page.text
     assert page.headers["Referrer-Policy"] == "no-referrer"
@@ -311,7 +303,7 @@ async def test_expired_link_page_offers_one_fresh_link(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     await expire_verification(db, await db.fetchval("SELECT id FROM notifier.email_outbox"))
     page = await public.get("/verify", params={"token": token})
     assert page.status_code == 410 and "data-outcome=expired" in page.text
@@ -354,7 +346,7 @@ async def test_asking_to_resend_a_live_link_shows_its_confirm_button(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     page = await public.post("/verify/resend", data={"token": token})
     assert page.status_code == 200 and "Confirm" in page.text
     assert await counts(db) == (1, 1)
@@ -365,7 +357,7 @@ async def test_a_refused_resend_gets_the_same_generic_page_whatever_the_reason(
     client: httpx.AsyncClient, public: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     created = (await post(client)).json()
-    token = await token_for(db, keys, created["id"])
+    token = await link_token(db, keys, created["id"])
     await expire_verification(db, await db.fetchval("SELECT id FROM notifier.email_outbox"))
     throttled = await public.post("/verify/resend", data={"token": token})
     await db.execute(

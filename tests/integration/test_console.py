@@ -6,6 +6,7 @@ test_console.py) walk the same pages in Chromium.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -153,7 +154,7 @@ async def test_a_read_only_key_sees_no_clear_button_and_cannot_clear(
     await suppress(db, "gone@example.com")
     await signed_in(console, await make_key(db, ["read"]))
     page = await console.get("/console/suppressions?q=gone@example.com", headers=BROWSER)
-    assert "This mailbox is suppressed" in page.text
+    assert "This address is suppressed" in page.text
     assert "Clear the suppression" not in page.text
     assert "needs a key with the admin scope" in page.text
     posted = await console.post(
@@ -183,7 +184,7 @@ async def test_a_signed_in_form_with_its_pages_csrf_token_clears_a_suppression(
     page = await admin_page(console, db)
     posted = await console.post(
         "/console/suppressions/clear",
-        data={"address": "Gone+news@Example.com", CSRF_FIELD: csrf_of(page)},
+        data={"address": "Gone@Example.com", CSRF_FIELD: csrf_of(page)},
         headers=SAME_SITE_FORM,
     )
     assert posted.status_code == 303
@@ -191,6 +192,73 @@ async def test_a_signed_in_form_with_its_pages_csrf_token_clears_a_suppression(
     assert await suppressed(db) == []
     after = await console.get(posted.headers["Location"], headers=BROWSER)
     assert "The suppression was cleared" in after.text
+
+
+@contextlib.asynccontextmanager
+async def signed_in_browser(services: Services, key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """Another browser (its own cookie jar) signed in to the console with `key`."""
+    app = create_internal_app(services, trace_url=TRACE_URL)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
+    ) as client:
+        await signed_in(client, key)
+        yield client
+
+
+async def test_signing_out_ends_this_session_wherever_its_cookie_was_copied(
+    console: httpx.AsyncClient, db: asyncpg.Connection
+) -> None:
+    await signed_in(console, await make_key(db, ["read"]))
+    page = await console.get("/console", headers=BROWSER)
+    cookie = console.cookies[SESSION_COOKIE]
+    out = await console.post(
+        "/sign-out", data={CSRF_FIELD: csrf_of(page.text)}, headers=SAME_SITE_FORM
+    )
+    assert out.status_code == 303
+    console.cookies.clear()
+    console.cookies.set(SESSION_COOKIE, cookie)
+    assert (await console.get("/console", headers=BROWSER)).status_code == 401
+
+
+async def test_signing_out_leaves_a_colleague_signed_in_with_the_same_key_alone(
+    console: httpx.AsyncClient, db: asyncpg.Connection, services: Services
+) -> None:
+    key = await make_key(db, ["read"], name="support desk")
+    await signed_in(console, key)
+    async with signed_in_browser(services, key) as colleague:
+        page = await console.get("/console", headers=BROWSER)
+        out = await console.post(
+            "/sign-out", data={CSRF_FIELD: csrf_of(page.text)}, headers=SAME_SITE_FORM
+        )
+        assert out.status_code == 303
+        assert (await colleague.get("/console", headers=BROWSER)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        pytest.param({"headers": SAME_SITE_FORM, "data": {}}, id="without the token"),
+        pytest.param(
+            {"headers": {**BROWSER, "Sec-Fetch-Site": "same-site"}, "data": None},
+            id="from a sibling subdomain",
+        ),
+        pytest.param(
+            {"headers": {**BROWSER, "Origin": "http://127.0.0.1:9999"}, "data": None},
+            id="from another port",
+        ),
+    ],
+)
+async def test_another_site_cannot_sign_a_browser_out(
+    console: httpx.AsyncClient, db: asyncpg.Connection, forged: dict[str, object]
+) -> None:
+    await signed_in(console, await make_key(db, ["read"]))
+    page = await console.get("/console", headers=BROWSER)
+    data = forged["data"] if forged["data"] is not None else {CSRF_FIELD: csrf_of(page.text)}
+    headers = forged["headers"]
+    assert isinstance(data, dict) and isinstance(headers, dict)
+    refused = await console.post("/sign-out", data=data, headers=headers)
+    assert refused.status_code == 403
+    assert (await console.get("/console", headers=BROWSER)).status_code == 200
 
 
 async def test_a_signed_in_post_without_a_csrf_token_is_refused_and_changes_nothing(
@@ -477,7 +545,7 @@ async def test_a_failed_delivery_to_a_suppressed_mailbox_says_so_instead_of_offe
     failed = await failed_delivery(db, keys, database_url, smtp_server, Fault.RCPT_5XX)
     headers = bearer(await make_key(db))
     page = (await console.get(f"/console/deliveries/{failed}", headers=headers)).text
-    assert "Its mailbox is suppressed" in page and "Resend</button>" not in page
+    assert "Its address is suppressed" in page and "Resend</button>" not in page
 
 
 async def test_only_a_failed_delivery_can_be_resent(

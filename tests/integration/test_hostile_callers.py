@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from notifier.access import SESSION_COOKIE
+from notifier.access import CSRF_FIELD, SESSION_COOKIE
 from tests.support.apps import Clients, make_key
 from tests.support.databases import unique_name
 
@@ -31,7 +31,8 @@ async def test_a_session_cookie_is_refused_after_signing_out(
     )
     assert signed_in.status_code == 303
     cookie = apps.internal.cookies[SESSION_COOKIE]
-    await apps.internal.post("/sign-out")
+    csrf = apps.services.sessions.csrf_token(cookie)
+    assert (await apps.internal.post("/sign-out", data={CSRF_FIELD: csrf})).status_code == 303
     # Whoever copied the cookie (a shared machine, a proxy log, a browser profile) sends it
     # again: signing out must have ended the session, not only the browser's copy of it.
     apps.internal.cookies.clear()

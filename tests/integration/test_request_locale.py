@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import functools
 import uuid
 from email.message import EmailMessage
 
@@ -17,7 +18,7 @@ from notifier import events
 from notifier.tokens import TokenKeys
 from notifier.verifications import IdempotencyConflict, InvalidRequest
 from tests.support.apps import Clients
-from tests.support.deliveries import enqueue, expire_verification, policy_for_tests
+from tests.support.deliveries import enqueue, expire_verification, link_token, policy_for_tests
 from tests.support.recorder import recorded
 from tests.support.smtp_server import SmtpServer
 from tests.support.workers import running_worker
@@ -60,12 +61,19 @@ async def test_the_same_idempotency_key_with_another_locale_is_a_conflict(
     db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     policy = policy_for_tests(keys)
-    request = {"user_id": "u1", "email": "a@example.com", "idempotency_key": "k1"}
-    await notifier.request_verification(db, **request, locale="de", policy=policy)
-    again = await notifier.request_verification(db, **request, locale="de", policy=policy)
+    request = functools.partial(
+        notifier.request_verification,
+        db,
+        user_id="u1",
+        email="a@example.com",
+        idempotency_key="k1",
+        policy=policy,
+    )
+    await request(locale="de")
+    again = await request(locale="de")
     assert again.replayed
     with pytest.raises(IdempotencyConflict):
-        await notifier.request_verification(db, **request, locale="fr", policy=policy)
+        await request(locale="fr")
 
 
 async def test_a_german_request_is_delivered_in_german_stating_the_links_hour(
@@ -115,11 +123,7 @@ async def test_a_fresh_link_asked_for_from_an_expired_one_keeps_its_language(
     apps: Clients, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
     enqueued = await enqueue(db, keys, "leser@example.com", locale="de")
-    row = await db.fetchrow(
-        "SELECT id, token_key_id, token_nonce FROM notifier.verifications WHERE id = $1",
-        enqueued.id,
-    )
-    token = keys.derive(row["token_key_id"], row["id"], bytes(row["token_nonce"]))
+    token = await link_token(db, keys, enqueued.id)
     await expire_verification(db, enqueued.outbox_id)
     resent = await apps.public.post("/verify/resend", data={"token": token})
     assert resent.status_code == 202, resent.text

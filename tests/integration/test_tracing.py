@@ -161,6 +161,23 @@ async def test_a_link_opened_in_a_browser_leaves_no_token_on_its_span(
     assert "T" * 43 not in values
 
 
+@pytest.mark.parametrize("listener", ["public", "internal"])
+async def test_a_spans_attributes_name_the_route_never_the_raw_path(
+    otel: Otel, apps: Clients, listener: str
+) -> None:
+    # A stranger picks the path, and its length, before any key is checked.
+    client = apps.public if listener == "public" else apps.internal
+    otel.spans.clear()
+    assert (await client.get("/" + "a" * 60_000)).status_code == 404
+    assert (await client.get("/verify/" + "ada@example.com")).status_code == 404
+    await client.get("/healthz")
+    spans = list(otel.spans.get_finished_spans())
+    values = [str(v) for span in spans for v in (span.attributes or {}).values()]
+    assert not any("aaaa" in v or "example.com" in v for v in values), values
+    healthz = [s for s in spans if (s.attributes or {}).get("http.route") == "/healthz"]
+    assert [s.name for s in healthz] == ["GET /healthz"]
+
+
 async def test_metrics_page_shows_queue_health_and_worker_counts(
     otel: Otel,
     client: httpx.AsyncClient,

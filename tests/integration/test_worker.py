@@ -677,3 +677,65 @@ async def test_stale_worker_completion_changes_nothing_and_is_recorded(
     )
     row = await outbox_row(db, enqueued.outbox_id)
     assert (row["status"], row["attempts"]) == ("sent", 2)
+
+
+async def stalled(holds: list[HoldAtRcpt], count: int) -> None:
+    """Until `count` of `holds` have an attempt stalled at RCPT TO."""
+
+    async def enough() -> bool:
+        return sum(h.reached.is_set() for h in holds) >= count
+
+    await wait_until(enough, WAIT, f"{count} sends stalled at RCPT")
+
+
+async def test_a_domain_that_stalls_holds_only_its_share_of_the_send_slots(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # A tarpit: every attempt to its recipients stalls at RCPT until the test lets it go.
+    holds = [HoldAtRcpt() for _ in range(8)]
+    for n, hold in enumerate(holds):
+        smtp_server.plan(f"t{n}@tarpit.example", hold)
+    smtp = smtp_server.settings(pool_size=8)
+    async with running_worker(database_url, keys, smtp, concurrency=8) as worker:
+        for n in range(8):
+            await enqueue(db, keys, f"t{n}@tarpit.example")
+        await stalled(holds, 4)
+        for n in range(10):
+            await enqueue(db, keys, f"o{n}@example.com")
+        # Ordinary mail goes out while every tarpit send is still stalled.
+        with anyio.fail_after(WAIT):
+            await smtp_server.wait_for(10)
+        assert sum(h.reached.is_set() for h in holds) == 4
+        for hold in holds:
+            hold.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 18)
+    assert await statuses(db) == Counter(sent=18)
+
+
+async def test_rows_waiting_for_their_domain_are_handed_its_places_as_its_sends_end(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    holds = [HoldAtRcpt() for _ in range(2)]
+    for n, hold in enumerate(holds):
+        smtp_server.plan(f"busy{n}@example.com", hold)
+    smtp = smtp_server.settings(pool_size=4)
+    async with running_worker(
+        database_url, keys, smtp, concurrency=4, domain_concurrency=2
+    ) as worker:
+        for n in range(2):
+            await enqueue(db, keys, f"busy{n}@example.com")
+        await stalled(holds, 2)
+        for n in range(6):
+            await enqueue(db, keys, f"next{n}@example.com")
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Claimed)) == 8)
+        # Claimed, waiting for a place of their domain: nothing of theirs reached the server.
+        assert smtp_server.received == []
+        for hold in holds:
+            hold.release.set()
+        with anyio.fail_after(WAIT):
+            await completed(worker, 8)
+    assert await statuses(db) == Counter(sent=8)
+    # Handed the places directly: none went back to the database to wait.
+    assert not recorded(worker).of(events.Deferred)

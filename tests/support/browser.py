@@ -21,8 +21,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
+from notifier.access import SESSION_COOKIE
 from tests.support.apps import bearer
 from tests.support.cli import running_cli
 
@@ -141,6 +142,28 @@ def dev_url(dev: Dev) -> str:
 async def api(dev: Dev) -> AsyncIterator[httpx.AsyncClient]:
     async with dev.client() as client:
         yield client
+
+
+async def sign_in_with_dev_key(context: BrowserContext, dev: Dev) -> None:
+    """Sign a browser context in with the dev key, as its sign-in form does (the inbox needs
+    it): the session cookie the answer sets is the context's from then on."""
+    response = await context.request.post(
+        f"{dev.url}/sign-in", form={"key": dev.key, "next": "/dev/inbox"}
+    )
+    assert response.ok, await response.text()
+    assert any(c["name"] == SESSION_COOKIE for c in await context.cookies()), "not signed in"
+
+
+@pytest.fixture
+async def dev_page(browser: Browser, dev: Dev) -> AsyncIterator[Page]:
+    """A page whose browser is signed in with the dev key, as a developer's is."""
+    context = await browser.new_context()
+    context.set_default_timeout(BROWSER_WAIT_MS)
+    await sign_in_with_dev_key(context, dev)
+    try:
+        yield await context.new_page()
+    finally:
+        await context.close()
 
 
 async def request_verification(api: httpx.AsyncClient, email: str, **fields: str) -> dict[str, Any]:

@@ -80,6 +80,16 @@ async def enqueue_many(
         ]
 
 
+async def link_token(conn: Any, keys: TokenKeys, verification_id: uuid.UUID | str) -> str:
+    """The token of a verification's emailed link, derived as the worker derives it."""
+    row = await conn.fetchrow(
+        "SELECT id, token_key_id, token_nonce FROM notifier.verifications WHERE id = $1",
+        uuid.UUID(str(verification_id)),
+    )
+    token: str = keys.derive(row["token_key_id"], row["id"], bytes(row["token_nonce"]))
+    return token
+
+
 async def expire_lease(conn: Any, outbox_id: int) -> None:
     """Make a lease stale by backdating it: the database clock decides, not a sleep."""
     await conn.execute(

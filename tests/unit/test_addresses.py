@@ -25,6 +25,50 @@ def test_the_canonical_mailbox_ignores_case_tags_and_the_domains_script(
     assert addresses.parse(given).mailbox == mailbox
 
 
+@pytest.mark.parametrize(
+    ("given", "mailbox"),
+    [
+        ("Ada.Lovelace@gmail.com", "adalovelace@gmail.com"),
+        ("a.d.a.lovelace+news@googlemail.com", "adalovelace@gmail.com"),
+        ("ada.lovelace@outlook.com", "ada.lovelace@outlook.com"),  # Outlook reads dots
+    ],
+)
+def test_the_canonical_mailbox_follows_the_providers_own_rules(given: str, mailbox: str) -> None:
+    assert addresses.parse(given).mailbox == mailbox
+
+
+def test_a_googlemail_address_counts_for_the_gmail_domain() -> None:
+    assert addresses.parse("ada@googlemail.com").domain == "gmail.com"
+
+
+@pytest.mark.parametrize(
+    ("given", "key"),
+    [
+        ("Alice+X@Corp.example", "alice+x@corp.example"),
+        ("Ada.Lovelace@gmail.com", "ada.lovelace@gmail.com"),  # not the mailbox: what was sent
+        ("user@Bücher.de", "user@xn--bcher-kva.de"),
+        ("jösé@Bücher.de", "jösé@xn--bcher-kva.de"),
+    ],
+)
+def test_a_suppression_key_is_the_address_itself_lowercased(given: str, key: str) -> None:
+    assert addresses.parse(given).folded == key
+    # The worker finds the same key from the stored address.
+    assert addresses.folded(addresses.parse(given).display) == key
+
+
+def test_an_addresss_spellings_are_what_a_server_may_echo_longest_first() -> None:
+    assert addresses.spellings("Ada+news@Bücher.de") == [
+        "Ada+news@xn--bcher-kva.de",
+        "Ada+news@Bücher.de",
+        "Ada+news",
+        "Ada",
+    ]
+
+
+def test_a_short_local_part_is_not_a_spelling_of_its_own() -> None:
+    assert addresses.spellings("al@example.com") == ["al@example.com"]
+
+
 def test_other_separators_can_be_configured() -> None:
     assert addresses.parse("ada-news@example.com", "+-").mailbox == "ada@example.com"
     assert addresses.parse("ada-news@example.com", "").mailbox == "ada-news@example.com"

@@ -35,9 +35,9 @@ OPENED = Opened(
 
 def every_page() -> dict[str, str]:
     pages = {
-        "landing": inbox_pages.landing_page("http://127.0.0.1:8000/", 3, KEY_FILE),
-        "inbox": inbox_pages.inbox_page([CAPTURED], 1, "", 4),
-        "empty inbox": inbox_pages.inbox_page([], 0, "", 0),
+        "landing": inbox_pages.landing_page("http://127.0.0.1:8000/", KEY_FILE),
+        "inbox": inbox_pages.inbox_page([CAPTURED], 1, "", 4, "csrf-token"),
+        "empty inbox": inbox_pages.inbox_page([], 0, "", 0, ""),
         "not found": inbox_pages.not_found_page("12", 500),
     }
     for view in ("html", "text", "headers", "raw"):
@@ -98,7 +98,7 @@ def test_the_view_switch_marks_the_current_view(view: View) -> None:
 
 
 def test_landing_page_links_the_inbox_the_docs_and_the_walk() -> None:
-    page = inbox_pages.landing_page("http://127.0.0.1:8000/", 3, KEY_FILE)
+    page = inbox_pages.landing_page("http://127.0.0.1:8000/", KEY_FILE)
     for target in ('href="/dev/inbox"', 'href="/docs"', 'href="#walk"', "id=walk"):
         assert target in page
     assert "curl -s -X POST http://127.0.0.1:8000/v1/verifications" in page
