@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from benchmarks import procstat
-from notifier import migrations
-from notifier.embedded import pg_bin
+from notifier.storage import migrations
+from notifier.storage.embedded import pg_bin
 from tests.support.databases import with_database
 from tests.support.topology import PostgresServer, TopologyUnavailable, postgres_bin_dir, topology
 

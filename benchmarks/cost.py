@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import procstat
 from benchmarks.cluster import BenchDatabase
-from notifier.queries import catalogue
+from notifier.storage.queries import catalogue
 
 # The statements of asyncpg's pool reset that ride in the same message as the first one.
 RESET_TRAILERS = ("CLOSE ALL", "UNLISTEN *", "RESET ALL")

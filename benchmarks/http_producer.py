@@ -25,8 +25,8 @@ import orjson
 
 from benchmarks.producer import RECIPIENT_DOMAIN, Produced, paced
 from benchmarks.stats import Distribution, distribution
-from notifier import apikeys
-from notifier.database import connect
+from notifier.storage import api_keys
+from notifier.storage.database import connect
 
 HOST = "127.0.0.1"
 REQUEST_PATH = "/v1/verifications"
@@ -51,7 +51,7 @@ async def api_key(admin_url: str) -> str | None:
     database, as an operator would make one for an app backend."""
     conn = await connect(admin_url)
     try:
-        return (await apikeys.create(conn, f"benchmark-{uuid.uuid4().hex[:8]}", ["request"])).key
+        return (await api_keys.create(conn, f"benchmark-{uuid.uuid4().hex[:8]}", ["request"])).key
     finally:
         await conn.close()
 

@@ -30,9 +30,9 @@ from benchmarks.producer import Produced, insert_backlog, produce_steady
 from benchmarks.progress import RunProgress
 from benchmarks.stats import distribution
 from benchmarks.workers import WorkerSpec, running_workers
-from notifier.database import connect, create_pool
-from notifier.leases import Leases
-from notifier.listener import CHANNEL, parse_payload
+from notifier.delivery.leases import Leases
+from notifier.delivery.listener import CHANNEL, parse_payload
+from notifier.storage.database import connect, create_pool
 
 PYTHON = sys.executable
 # After the producer stops, the floor listener gets this long for the last notifications.

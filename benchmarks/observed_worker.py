@@ -38,10 +38,10 @@ import anyio
 
 from notifier import events, runner
 from notifier.config import DatabaseSettings
-from notifier.database import database_url
+from notifier.delivery.mailer import Transport
 from notifier.events import WorkerEvent
 from notifier.logs import configure_logging
-from notifier.mailer import Transport
+from notifier.storage.database import database_url
 
 RECORD_PREFIX = "worker-"
 

@@ -18,8 +18,9 @@ import anyio
 
 from notifier import tokens
 from notifier.config import RequestSettings
+from notifier.storage.outbox import request_verification
 from notifier.tokens import TokenKeys
-from notifier.verifications import Policy, request_verification
+from notifier.verifications import Policy
 
 # The workers derive each link's token from this (NOTIFIER_TOKEN_SECRET).
 TOKEN_SECRET = secrets.token_urlsafe(32)

@@ -738,116 +738,124 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written: list[Path] = []
-    latency = results.get("latency")
-    if latency:
-        fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-        floor = latency["floor"]["commit_to_notification_ms"]
-        for ax, key, title in (
-            (axes[0], "commit_to_claim_ms", "commit -> claim"),
-            (axes[1], "commit_to_smtp_ms", "commit -> SMTP accepted"),
-        ):
-            if floor:
-                xs, ys = _cdf(floor["hdr"])
-                ax.step(xs, ys, where="post", color="black", linestyle="--", label="LISTEN floor")
-            for mode in latency["modes"]:
-                if mode[key]:
-                    xs, ys = _cdf(mode[key]["hdr"])
-                    ax.step(xs, ys, where="post", label=mode["mode"])
-            ax.set_xscale("log")
-            # Below 10 us there is nothing but the few samples recorded as 0 (see `negative`).
-            ax.set_xlim(left=0.01)
-            ax.set_xlabel("latency (ms, log scale)")
-            ax.set_title(title)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(loc="lower right")
-        axes[0].set_ylabel("fraction of deliveries")
-        fig.suptitle(f"Latency CDF at {latency['rate_per_s']:.0f}/s")
-        fig.tight_layout()
-        written.append(out_dir / LATENCY_PLOT)
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
-
-        fig, ax = plt.subplots(figsize=(9, 4.5))
-        names = [m["mode"] for m in latency["modes"]]
-        idle = [
-            m["idle"]["statements_per_s"] or m["idle"]["round_trips_per_s"]
-            for m in latency["modes"]
-        ]
-        load = [
-            m["load"]["statements_per_s"] or m["load"]["round_trips_per_s"]
-            for m in latency["modes"]
-        ]
-        positions = list(range(len(names)))
-        ax.bar([p - 0.2 for p in positions], idle, 0.4, label="idle")
-        ax.bar([p + 0.2 for p in positions], load, 0.4, label=f"{latency['rate_per_s']:.0f}/s")
-        ax.set_xticks(positions, names)
-        ax.set_yscale("log")
-        ax.set_ylabel("worker statements per second (log)")
-        ax.set_title("What each mode asks of PostgreSQL")
-        ax.legend()
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-        fig.tight_layout()
-        written.append(out_dir / COST_PLOT)
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
-
-    throughput = results.get("throughput")
-    if throughput:
-        labels: list[str] = []
-        values: list[float] = []
-        colors: list[str] = []
-        palette = {"null": "tab:blue", "smtp": "tab:orange", "bare": "tab:gray"}
-        for d in throughput["drains"]:
-            suffix = "" if d["profile"] == "defaults" else "\n" + _short(d["profile"])
-            labels.append(f"{d['transport']}\n{d['processes']} proc{suffix}")
-            values.append(d["deliveries_per_s"] or 0)
-            colors.append(palette[d["transport"]])
-        for b in throughput.get("smtp_baseline") or []:
-            labels.append(f"bare aiosmtplib\n{b['processes']} proc")
-            values.append(b["messages_per_s"])
-            colors.append(palette["bare"])
-        fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(labels)), 5))
-        bars = ax.bar(range(len(values)), values, color=colors)
-        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
-        ax.set_xticks(range(len(labels)), labels, fontsize=8)
-        ax.set_ylabel("deliveries (messages) per second")
-        ax.set_title(
-            f"Draining {throughput['rows']:,} rows: null transport, SMTP sink, bare client"
-        )
-        ax.grid(True, axis="y", alpha=0.3)
-        fig.tight_layout()
-        written.append(out_dir / THROUGHPUT_PLOT)
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
-
+    if results.get("latency"):
+        written += _plot_latency(results["latency"], out_dir, plt)
+    if results.get("throughput"):
+        written += _plot_throughput(results["throughput"], out_dir, plt)
     sustained = results.get("sustained")
     if sustained and sustained.get("runs"):
-        producers = ("library", "http")
-        fig, axes = plt.subplots(1, len(producers), figsize=(14, 5), sharey=True)
-        for ax, producer in zip(axes, producers, strict=True):
-            for r in sustained["runs"]:
-                if r["producer"] != producer:
-                    continue
-                samples = r["backlog"]["samples"]
-                label = r["name"] + ("" if r["kept_up"] else " (behind)")
-                (line,) = ax.plot(
-                    [t for t, _ in samples], [rows for _, rows in samples], label=label
-                )
-                # Where the producers stopped: the rest of the line is the drain.
-                stop = r["backlog"]["stop_s"]
-                at_stop = r["backlog"]["at_stop"]
-                ax.plot([stop], [at_stop], marker="o", color=line.get_color(), markersize=4)
-            ax.set_yscale("symlog", linthresh=10)
-            ax.set_xlabel("seconds since the producers started (dot: they stopped)")
-            ax.set_title(f"{producer} producers")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left")
-        axes[0].set_ylabel("rows committed, not yet completed (symlog)")
-        fig.suptitle("Backlog over time under sustained load")
-        fig.tight_layout()
-        written.append(out_dir / BACKLOG_PLOT)
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        written += _plot_backlog(sustained, out_dir, plt)
+    return written
+
+
+def _plot_latency(latency: dict[str, Any], out_dir: Path, plt: Any) -> list[Path]:
+    written: list[Path] = []
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    floor = latency["floor"]["commit_to_notification_ms"]
+    for ax, key, title in (
+        (axes[0], "commit_to_claim_ms", "commit -> claim"),
+        (axes[1], "commit_to_smtp_ms", "commit -> SMTP accepted"),
+    ):
+        if floor:
+            xs, ys = _cdf(floor["hdr"])
+            ax.step(xs, ys, where="post", color="black", linestyle="--", label="LISTEN floor")
+        for mode in latency["modes"]:
+            if mode[key]:
+                xs, ys = _cdf(mode[key]["hdr"])
+                ax.step(xs, ys, where="post", label=mode["mode"])
+        ax.set_xscale("log")
+        # Below 10 us there is nothing but the few samples recorded as 0 (see `negative`).
+        ax.set_xlim(left=0.01)
+        ax.set_xlabel("latency (ms, log scale)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="lower right")
+    axes[0].set_ylabel("fraction of deliveries")
+    fig.suptitle(f"Latency CDF at {latency['rate_per_s']:.0f}/s")
+    fig.tight_layout()
+    written.append(out_dir / LATENCY_PLOT)
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    names = [m["mode"] for m in latency["modes"]]
+    idle = [
+        m["idle"]["statements_per_s"] or m["idle"]["round_trips_per_s"] for m in latency["modes"]
+    ]
+    load = [
+        m["load"]["statements_per_s"] or m["load"]["round_trips_per_s"] for m in latency["modes"]
+    ]
+    positions = list(range(len(names)))
+    ax.bar([p - 0.2 for p in positions], idle, 0.4, label="idle")
+    ax.bar([p + 0.2 for p in positions], load, 0.4, label=f"{latency['rate_per_s']:.0f}/s")
+    ax.set_xticks(positions, names)
+    ax.set_yscale("log")
+    ax.set_ylabel("worker statements per second (log)")
+    ax.set_title("What each mode asks of PostgreSQL")
+    ax.legend()
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    written.append(out_dir / COST_PLOT)
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def _plot_throughput(throughput: dict[str, Any], out_dir: Path, plt: Any) -> list[Path]:
+    written: list[Path] = []
+    labels: list[str] = []
+    values: list[float] = []
+    colors: list[str] = []
+    palette = {"null": "tab:blue", "smtp": "tab:orange", "bare": "tab:gray"}
+    for d in throughput["drains"]:
+        suffix = "" if d["profile"] == "defaults" else "\n" + _short(d["profile"])
+        labels.append(f"{d['transport']}\n{d['processes']} proc{suffix}")
+        values.append(d["deliveries_per_s"] or 0)
+        colors.append(palette[d["transport"]])
+    for b in throughput.get("smtp_baseline") or []:
+        labels.append(f"bare aiosmtplib\n{b['processes']} proc")
+        values.append(b["messages_per_s"])
+        colors.append(palette["bare"])
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(labels)), 5))
+    bars = ax.bar(range(len(values)), values, color=colors)
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylabel("deliveries (messages) per second")
+    ax.set_title(f"Draining {throughput['rows']:,} rows: null transport, SMTP sink, bare client")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    written.append(out_dir / THROUGHPUT_PLOT)
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def _plot_backlog(sustained: dict[str, Any], out_dir: Path, plt: Any) -> list[Path]:
+    written: list[Path] = []
+    producers = ("library", "http")
+    fig, axes = plt.subplots(1, len(producers), figsize=(14, 5), sharey=True)
+    for ax, producer in zip(axes, producers, strict=True):
+        for r in sustained["runs"]:
+            if r["producer"] != producer:
+                continue
+            samples = r["backlog"]["samples"]
+            label = r["name"] + ("" if r["kept_up"] else " (behind)")
+            (line,) = ax.plot([t for t, _ in samples], [rows for _, rows in samples], label=label)
+            # Where the producers stopped: the rest of the line is the drain.
+            stop = r["backlog"]["stop_s"]
+            at_stop = r["backlog"]["at_stop"]
+            ax.plot([stop], [at_stop], marker="o", color=line.get_color(), markersize=4)
+        ax.set_yscale("symlog", linthresh=10)
+        ax.set_xlabel("seconds since the producers started (dot: they stopped)")
+        ax.set_title(f"{producer} producers")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0].set_ylabel("rows committed, not yet completed (symlog)")
+    fig.suptitle("Backlog over time under sustained load")
+    fig.tight_layout()
+    written.append(out_dir / BACKLOG_PLOT)
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
     return written
 
 

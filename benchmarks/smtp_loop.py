@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiosmtplib import SMTP
 
-from notifier.messages import Templates
+from notifier.delivery.messages import Templates
 
 HOST = "127.0.0.1"
 SENDER = "notifier@bench.example.com"

@@ -51,7 +51,7 @@ from benchmarks.progress import RunProgress
 from benchmarks.stats import distribution
 from benchmarks.throughput import Sink, running_sink
 from benchmarks.workers import WorkerSpec, running_workers
-from notifier.database import connect
+from notifier.storage.database import connect
 from tests.support.databases import with_database
 
 # The producers' own login role, so the statements a request costs can be counted.

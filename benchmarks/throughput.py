@@ -29,7 +29,7 @@ from benchmarks.producer import insert_backlog
 from benchmarks.progress import RunProgress
 from benchmarks.sink import HOST, SMTP_SINK_BACKLOG, smtp_sink_path
 from benchmarks.workers import TransportKind, WorkerSpec, running_workers
-from notifier.database import connect
+from notifier.storage.database import connect
 from tests.support.ports import free_port
 
 PYTHON = sys.executable

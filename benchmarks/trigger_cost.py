@@ -34,9 +34,9 @@ from benchmarks.cluster import BenchDatabase, empty_tables
 from benchmarks.config import RunConfig
 from benchmarks.processes import started
 from benchmarks.progress import RunProgress
-from notifier.database import connect
-from notifier.listener import CHANNEL
-from notifier.queries import sql
+from notifier.delivery.listener import CHANNEL
+from notifier.storage.database import connect
+from notifier.storage.queries import sql
 
 PYTHON = sys.executable
 TRIGGER = "email_outbox_notify_v1"

@@ -1,5 +1,6 @@
 """notifier: email-verification delivery over a PostgreSQL outbox, woken by LISTEN/NOTIFY."""
 
+from notifier.storage.outbox import request_verification
 from notifier.verifications import (
     IdempotencyConflict,
     InvalidRequest,
@@ -8,7 +9,6 @@ from notifier.verifications import (
     Suppressed,
     Throttled,
     VerificationResult,
-    request_verification,
 )
 from notifier.version import __version__
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 
-from notifier import migrations
 from notifier.config import (
     ApiSettings,
     DatabaseSettings,
@@ -24,10 +23,17 @@ from notifier.config import (
     TokenSettings,
     WorkerSettings,
 )
-from notifier.database import ONE_SHOT_CACHE, PERMISSION_DENIED, connect, database_url, describe
 from notifier.errors import NotifierError, UsageError
 from notifier.logs import configure_logging
 from notifier.settings_spec import describe_settings, environment
+from notifier.storage import migrations
+from notifier.storage.database import (
+    ONE_SHOT_CACHE,
+    PERMISSION_DENIED,
+    connect,
+    database_url,
+    describe,
+)
 
 log = logging.getLogger("notifier")
 
@@ -84,7 +90,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from notifier.config import ApiSettings
-    from notifier.dev import refuse_remote, run_dev
+    from notifier.dev.command import refuse_remote, run_dev
     from notifier.runner import bind_listeners
 
     settings, api = DatabaseSettings.from_env(), ApiSettings.from_env()
@@ -101,9 +107,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 async def _suppressions(url: str, clear: str | None) -> int:
-    from notifier import suppressions
     from notifier.config import RequestSettings
     from notifier.redact import printable
+    from notifier.storage import suppressions
 
     separators = RequestSettings.from_env().subaddress_separators
     conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
@@ -144,7 +150,7 @@ async def _stats(url: str, args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from notifier.config import Thresholds
-    from notifier.stats import collect, render
+    from notifier.storage.stats import collect, render
 
     conn = await connect(url, statement_cache_size=ONE_SHOT_CACHE)
     try:
@@ -165,8 +171,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 async def _cleanup(url: str) -> int:
     from notifier.config import RequestSettings, RetentionSettings
-    from notifier.database import create_pool
-    from notifier.maintenance import cleanup
+    from notifier.storage.database import create_pool
+    from notifier.storage.maintenance import cleanup
 
     settings, window = RetentionSettings.from_env(), RequestSettings.from_env().resend_window
     pool = await create_pool(url, max_size=1, statement_cache_size=ONE_SHOT_CACHE)
@@ -190,7 +196,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 async def _keys(url: str, args: argparse.Namespace) -> int:
-    from notifier import apikeys
+    from notifier.storage import api_keys
 
     conn = await connect(url)
     try:
@@ -201,7 +207,7 @@ async def _keys(url: str, args: argparse.Namespace) -> int:
                 if not key:
                     raise UsageError(f"{args.key_from_env} is unset or empty")
             scopes = [s for given in args.scope or ["request"] for s in given.split(",") if s]
-            new = await apikeys.create(conn, args.name, scopes, key=key)
+            new = await api_keys.create(conn, args.name, scopes, key=key)
             if key is None:
                 # The key alone on stdout, so `KEY=$(notifier keys create app)` works.
                 print(new.key)
@@ -210,10 +216,10 @@ async def _keys(url: str, args: argparse.Namespace) -> int:
                 print(f"key {new.id} ({args.name}) is registered")
             return 0
         if args.action == "revoke":
-            revoked_at = await apikeys.revoke(conn, args.id)
+            revoked_at = await api_keys.revoke(conn, args.id)
             print(f"key {args.id} revoked at {revoked_at:%Y-%m-%d %H:%M:%S %Z}")
             return 0
-        rows = await apikeys.listing(conn)
+        rows = await api_keys.listing(conn)
         if args.json:
             import orjson
 
@@ -244,7 +250,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 async def _grants(url: str, role: str) -> int:
-    from notifier.queries import sql
+    from notifier.storage.queries import sql
 
     conn = await connect(url)
     try:

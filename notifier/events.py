@@ -1,7 +1,7 @@
 """What a running worker tells: one typed event per step that matters.
 
 The worker (and its listener) hand each event to an `Observer`. Production observers are
-the metrics (telemetry.WorkerMetrics), fanned out by `Events`, which keeps nothing; the
+the metrics (metrics.WorkerMetrics), fanned out by `Events`, which keeps nothing; the
 test suite's Recorder keeps every event and lets a test await the one it needs instead of
 sleeping (River's test signals). Events are small frozen dataclasses, so mypy checks every
 field an observer reads.

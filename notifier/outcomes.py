@@ -17,7 +17,7 @@ runs both over every case):
 "What does a 4xx at RCPT do?" -- `judge("transient", ...)` -> outcome "transient", retried;
 `settle("transient", ...)` -> "pending" while attempts remain and the retry lands before the
 link expires, else "failed" or "expired". Whether a reply is transient, permanent or whose
-fault is read from the reply in mailer.refusal_of.
+fault is read from the reply in delivery.smtp_replies.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -13,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from fastapi import FastAPI
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from notifier import migrations
-from notifier.api import create_internal_app
 from notifier.config import (
     ApiSettings,
     DatabaseSettings,
@@ -26,19 +26,25 @@ from notifier.config import (
     TokenSettings,
     WorkerSettings,
 )
-from notifier.database import ONE_SHOT_CACHE, connect, create_pool
+from notifier.delivery.mailer import Transport, transport_from_settings
+from notifier.delivery.messages import Templates
+from notifier.delivery.worker import Worker
 from notifier.errors import MigrationError
 from notifier.events import Events, Observer
-from notifier.httpserver import Listener, http_server, listen
-from notifier.mailer import Transport, transport_from_settings
-from notifier.maintenance import run_periodically
-from notifier.messages import Templates
-from notifier.public import create_public_app
-from notifier.telemetry import QueueHealth, Telemetry, WorkerMetrics
+from notifier.metrics import QueueHealth, WorkerMetrics
+from notifier.storage import migrations
+from notifier.storage.connection import Pool
+from notifier.storage.database import ONE_SHOT_CACHE, connect, create_pool
+from notifier.storage.maintenance import run_periodically
+from notifier.storage.stats import queue_figures
+from notifier.telemetry import Telemetry
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
-from notifier.web import Services
-from notifier.worker import Worker
+from notifier.web.api import create_internal_app
+from notifier.web.console import routes as console
+from notifier.web.listeners import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, Services
+from notifier.web.public import create_public_app
+from notifier.web.server import Listener, http_server, listen
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +89,7 @@ async def require_current_schema(url: str) -> None:
 
 def build_worker(
     listen_url: str,
-    pool: Any,
+    pool: Pool,
     config: WorkerConfig,
     transport: Transport,
     observer: Observer | None = None,
@@ -124,6 +130,25 @@ def bind_listeners(settings: ApiSettings) -> tuple[socket.socket, socket.socket]
     return internal, public
 
 
+def internal_app(
+    services: Services,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    body_timeout: float = BODY_TIMEOUT_SECONDS,
+    trace_url: str | None = None,
+    with_home: bool = True,
+) -> FastAPI:
+    """The internal listener's app: the internal API, and the console mounted on it.
+
+    `trace_url`: where the console links trace ids (NOTIFIER_TRACE_URL_TEMPLATE);
+    `with_home`: `/` leads to the console (False: another serves `/`, as `notifier dev`
+    does).
+    """
+    app = create_internal_app(services, max_body_bytes=max_body_bytes, body_timeout=body_timeout)
+    console.mount(app, trace_url=trace_url, with_home=with_home)
+    return app
+
+
 def http_listeners(
     services: Services,
     settings: ApiSettings,
@@ -136,7 +161,7 @@ def http_listeners(
     `hosts`: the only Host names they answer (others get 400), or None for any.
     """
     limit, timeout = settings.max_body_bytes, settings.body_timeout
-    internal = create_internal_app(
+    internal = internal_app(
         services,
         max_body_bytes=limit,
         body_timeout=timeout,
@@ -225,7 +250,7 @@ async def serve(
             stoppers = [lst.server.stop for lst in listeners] + [*also_stop]
             tg.start_soon(stop_on_signals, ([running.stop] if running else []) + stoppers)
             if http is not None or telemetry.meter_provider is not None:
-                health = QueueHealth(pool)
+                health = QueueHealth(functools.partial(queue_figures, pool))
                 health.register_gauges()
                 tg.start_soon(health.run)
             if services is not None:
@@ -265,7 +290,7 @@ def _transport(config: WorkerConfig) -> Transport:
     return transport_from_settings(config.worker.transport, config.smtp)
 
 
-def _worker(pool: Any, plan: WorkerPlan, transport: Transport) -> Worker:
+def _worker(pool: Pool, plan: WorkerPlan, transport: Transport) -> Worker:
     observer = Events(WorkerMetrics(), *([plan.observer] if plan.observer is not None else []))
     return build_worker(plan.listen_url, pool, plan.config, transport, observer)
 

@@ -2,7 +2,9 @@
 
 A token is "<key id>.<HMAC-SHA256(secret, context || verification id || nonce)>", URL-safe,
 256 bits of MAC. The database keeps the nonce and a SHA-256 of the token: with a dump alone
-nobody can produce a link, and the worker re-derives the same token at send time.
+nobody can produce a link, and the worker re-derives the same token at send time. What a
+configured secret must be to serve as one (length, no example value, enough entropy) is
+decided here too.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 
 from notifier.errors import NotifierError
@@ -121,3 +125,45 @@ class TokenKeys:
     def _mac(self, kid: str, context: bytes, data: bytes) -> str:
         digest = self._digest(kid, context, data)
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+# -- what a configured secret must be ---------------------------------------------------------
+
+# Shorter secrets make the HMAC key guessable offline from a single leaked link.
+MIN_SECRET_LENGTH = 32
+# Bits a secret must carry by a per-character entropy estimate. The estimate undercounts
+# short random strings (32 hex digits, 128 real bits, score about 112); a repeated
+# character or a word with a counter appended scores far less.
+MIN_SECRET_BITS = 100
+# Words that mark a value copied from an example (this repository's compose file and
+# Kubernetes Secret among them) rather than generated.
+_PLACEHOLDER_WORDS = ("change-me", "changeme", "change_me", "example", "placeholder", "demo")
+GENERATE_HINT = 'generate one with: python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def secret_list(raw: str) -> tuple[str, ...]:
+    secrets = tuple(s.strip() for s in raw.split(",") if s.strip())
+    if any(len(s) < MIN_SECRET_LENGTH for s in secrets):
+        raise ValueError(f"each secret must be at least {MIN_SECRET_LENGTH} characters")
+    return secrets
+
+
+def strong_secret_list(raw: str) -> tuple[str, ...]:
+    """`secret_list`, refusing values copied from examples and values too regular to be
+    random; `notifier dev` alone accepts any (and makes its own when none is given)."""
+    secrets = secret_list(raw)
+    for position, secret in enumerate(secrets, 1):
+        which = f"secret {position}" if len(secrets) > 1 else "the secret"
+        lowered = secret.lower()
+        if any(word in lowered for word in _PLACEHOLDER_WORDS):
+            raise ValueError(f"{which} is an example value, not a secret; {GENERATE_HINT}")
+        if estimated_bits(secret) < MIN_SECRET_BITS:
+            raise ValueError(f"{which} is too regular to be random; {GENERATE_HINT}")
+    return secrets
+
+
+def estimated_bits(secret: str) -> float:
+    """Shannon entropy of the characters, times the length: a rough upper bound on how
+    much guessing the secret takes (exact for independent random characters)."""
+    counts = Counter(secret)
+    return -sum(n * math.log2(n / len(secret)) for n in counts.values())

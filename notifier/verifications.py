@@ -1,21 +1,20 @@
-"""Verifications: requesting one inside the caller's transaction, confirming its token.
+"""Verifications: what a request must be, what it is given, and what its answers mean.
 
-`request_verification` is the library call and the API's implementation alike: it validates
-the request, honours the idempotency key, enforces suppression and resend throttling, writes
-the verification and its outbox row in one statement, and supersedes earlier unverified
-verifications for the same recipient, all inside one transaction on the caller's connection.
+A request is validated here (user id, address, purpose, locale, idempotency key), its
+policy decides the limits and what each new verification gets (token material, lifetime,
+Message-ID), and its results and refusals are the types every caller sees. The statements
+that write and read them are in notifier.storage.outbox.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
@@ -30,10 +29,8 @@ from notifier.config import (
 from notifier.errors import NotifierError
 from notifier.locales import normalize_locale
 from notifier.outcomes import ConfirmOutcome, DeliveryStatus
-from notifier.queries import sql
 from notifier.settings_spec import value_of
-from notifier.telemetry import inject_current, producer_span
-from notifier.tokens import TokenKeys, hash_token, looks_like_token
+from notifier.tokens import TokenKeys
 
 USER_ID_MAX_CHARS = 200
 IDEMPOTENCY_KEY_MAX_CHARS = 255
@@ -263,104 +260,8 @@ def message_id_for(verification_id: uuid.UUID, domain: str) -> str:
     return f"<verify.{verification_id}@{domain}>"
 
 
-async def request_verification(
-    conn: Any,
-    *,
-    user_id: str,
-    email: str,
-    purpose: str | None = None,
-    idempotency_key: str | None = None,
-    policy: Policy | None = None,
-    traceparent: str | None = None,
-    tracestate: str | None = None,
-    client_id: str | None = None,
-    locale: str | None = None,
-    replaces: uuid.UUID | None = None,
-) -> VerificationResult:
-    """Request a verification email, inside the caller's transaction on `conn`.
-
-    Nothing is sent unless that transaction commits: the worker is notified at COMMIT, and a
-    rollback leaves nothing behind. Raises InvalidRequest, IdempotencyConflict, Throttled or
-    Suppressed without writing anything. `policy` defaults to one read from the environment.
-    `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
-    closest one there are templates for is used, English by default.
-    `client_id` is the API key that asked (None: the application's own code); idempotency
-    keys are scoped to it, so two clients using the same key never collide, and a request
-    supersedes only that client's earlier verifications of the recipient, and `replaces`
-    (a console resend: a support key replacing the app's failed verification).
-    """
-    policy = policy or _env_policy()
-    limits = policy.limits
-    request = VerificationRequest.parse(
-        user_id, email, purpose, limits.subaddress_separators, locale
-    )
-    if idempotency_key is not None:
-        check_idempotency_key(idempotency_key)
-    budgets = _Budgets.of(policy, request, client_id)
-    verification_id = uuid.uuid4()
-    issued = policy.keys.issue(verification_id)
-    with producer_span() as span:
-        if traceparent is None:
-            traceparent, tracestate = inject_current()
-        # One statement (schema request_v3): one round trip in the caller's transaction, or
-        # one that commits by itself; a refusal comes back as a row and writes nothing.
-        row = await conn.fetchrow(
-            sql("request_verification"),
-            verification_id,
-            request.user_id,
-            request.email,
-            request.address.mailbox,
-            request.address.folded,
-            request.purpose,
-            request.locale,
-            issued.key_id,
-            issued.nonce,
-            issued.token_hash,
-            policy.ttl_seconds,
-            message_id_for(verification_id, policy.message_id_domain),
-            limits.max_attempts,
-            traceparent,
-            tracestate,
-            idempotency_key,
-            request.fingerprint(policy.keys),
-            request.fingerprints(policy.keys),
-            limits.idempotency_ttl,
-            client_id,
-            limits.resend_limit,
-            limits.resend_window,
-            budgets.scopes,
-            budgets.subjects,
-            budgets.limits,
-            budgets.slice_seconds,
-            replaces,
-        )
-        if span is not None:
-            span.set_attribute("notifier.request.result", row["result"])
-            if row["result"] == "accepted":
-                span.set_attribute("messaging.message.id", str(row["outbox_id"]))
-                span.set_attribute("notifier.verification_id", str(row["id"]))
-    return _answer(row)
-
-
-def _answer(row: Any) -> VerificationResult:
-    """What request_v3's row means: a result, or the refusal raised as its error."""
-    match row["result"]:
-        case "accepted":
-            return VerificationResult(row["id"], "pending", row["expires_at"])
-        case "replayed":
-            return VerificationResult(row["id"], row["status"], row["expires_at"], True)
-        case "conflict":
-            raise IdempotencyConflict()
-        case "suppressed":
-            raise Suppressed()
-        case "throttled":
-            raise Throttled(row["retry_after"], row["limit_scope"])
-        case unknown:
-            raise RuntimeError(f"request_v3 answered {unknown!r}")
-
-
 @dataclass(frozen=True, slots=True)
-class _Budgets:
+class Budgets:
     """The shared budgets (domain, client, global) one request counts against.
 
     The domain budget is each client's own (one client's traffic, or a bot driving it,
@@ -376,7 +277,7 @@ class _Budgets:
     slice_seconds: float
 
     @classmethod
-    def of(cls, policy: Policy, request: VerificationRequest, client_id: str | None) -> _Budgets:
+    def of(cls, policy: Policy, request: VerificationRequest, client_id: str | None) -> Budgets:
         limits = policy.limits
         domain = request.address.domain
         wanted = [
@@ -399,16 +300,6 @@ class _Budgets:
             limits=[n for _, _, n in chosen],
             slice_seconds=limits.resend_window / BUDGET_SLICES,
         )
-
-
-_cached_policy: Policy | None = None
-
-
-def _env_policy() -> Policy:
-    global _cached_policy
-    if _cached_policy is None:
-        _cached_policy = Policy.from_env()
-    return _cached_policy
 
 
 # -- confirming ------------------------------------------------------------------------------
@@ -462,46 +353,3 @@ class Confirmation:
 def resend_key(token: str) -> str:
     """The idempotency key of the fresh link `token`'s page asks for: one per link."""
     return "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
-
-
-async def confirm(conn: Any, token: str, *, apply: bool, keys: TokenKeys) -> Confirmation:
-    """Confirm `token` (apply=True), or only say what confirming would do (apply=False).
-
-    The token is looked up by its hash; the raw token is never stored, logged or returned.
-    A token made with a secret no longer in `keys` is invalid: removing a secret revokes
-    its links. A confirm racing another confirm of the same link answers "already
-    verified" (confirm_v1 reads the state after the other one committed).
-    """
-    if not isinstance(token, str) or not looks_like_token(token) or not keys.knows(token):
-        return Confirmation("invalid")
-    token_hash = hash_token(token)
-    row = await conn.fetchrow(sql("confirm_token"), token_hash, apply)
-    if row is None or not hmac.compare_digest(bytes(row["token_hash"]), token_hash):
-        return Confirmation("invalid")
-    recipient = {
-        "user_id": row["user_id"],
-        "email": row["email"],
-        "purpose": row["purpose"],
-        "locale": row["locale"],
-        "client_id": row["client_id"],
-        "expired_at": row["expires_at"] if row["expired"] else None,
-        "scrubbed": row["scrubbed_at"] is not None,
-        "user_verified": row["user_verified"],
-        "client_valid": row["client_valid"],
-    }
-    if row["confirmed_now"]:
-        return Confirmation("verified", row["id"], **recipient)
-    if row["verified_at"] is not None:
-        return Confirmation("already_verified", row["id"], **recipient)
-    if row["superseded_at"] is not None:
-        return Confirmation(
-            "invalid",
-            row["id"],
-            superseded=True,
-            superseded_by=row["superseded_by"],
-            renewed_here=row["successor_key"] == resend_key(token),
-            **recipient,
-        )
-    if row["expired"]:
-        return Confirmation("expired", row["id"], **recipient)
-    return Confirmation("ready", row["id"], **recipient)

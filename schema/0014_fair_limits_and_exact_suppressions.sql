@@ -354,7 +354,7 @@ BEGIN
         RETURNING o.id, o.status, o.next_attempt_at
     ), suppressed AS (
         -- Only a refusal the recipient's own mailbox caused (the worker decides which: see
-        -- mailer.refusal_of) suppresses, and only the address that was refused.
+        -- delivery.smtp_replies.refusal_of) suppresses, and only the address refused.
         INSERT INTO notifier.suppressed_addresses AS s
             (email, reason, smtp_code, outbox_id, expires_at)
         SELECT d.suppress_key, coalesce(d.detail, 'permanent failure'), d.smtp_code, d.id,

@@ -11,8 +11,8 @@ import anyio
 import asyncpg
 import pytest
 
-from notifier.database import connect, create_pool
-from notifier.embedded import EmbeddedPostgres
+from notifier.storage.database import connect, create_pool
+from notifier.storage.embedded import EmbeddedPostgres
 from notifier.tokens import TokenKeys
 from tests.support import harness
 from tests.support.databases import (

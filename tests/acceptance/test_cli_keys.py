@@ -8,7 +8,7 @@ import re
 import asyncpg
 import pytest
 
-from notifier import apikeys
+from notifier.storage import api_keys
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.anyio
@@ -46,7 +46,7 @@ async def test_list_shows_scopes_last_use_and_revocation(
     database_url: str, db: asyncpg.Connection
 ) -> None:
     env = {"NOTIFIER_DATABASE_URL": database_url}
-    new = await apikeys.create(db, "prometheus", ["metrics"])
+    new = await api_keys.create(db, "prometheus", ["metrics"])
     revoked = await run_cli("keys", "revoke", new.id, env=env)
     listed = await run_cli("keys", "list", env=env)
     assert revoked.returncode == 0, revoked.stderr

@@ -6,7 +6,7 @@ import anyio
 import asyncpg
 import pytest
 
-from notifier import migrations
+from notifier.storage import migrations
 from tests.support.cli import Result, run_cli
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from notifier.embedded import EmbeddedPostgres, pg_bin, read_password
+from notifier.storage.embedded import EmbeddedPostgres, pg_bin, read_password
 from tests.support.cli import run_cli, running_cli
 from tests.support.credentials import passfile_of
 

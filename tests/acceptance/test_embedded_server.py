@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from notifier.embedded import OWNER_FILE, PGDATA_DIR, EmbeddedPostgres
+from notifier.storage.embedded import OWNER_FILE, PGDATA_DIR, EmbeddedPostgres
 from tests.support.cli import cli_env, run_cli
 
 pytestmark = pytest.mark.anyio
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 HOLDER = """
 import sys, time
 from pathlib import Path
-from notifier.embedded import EmbeddedPostgres
+from notifier.storage.embedded import EmbeddedPostgres
 server = EmbeddedPostgres(Path(sys.argv[1]))
 print(server.start(), flush=True)
 time.sleep(600)

@@ -15,7 +15,7 @@ import asyncpg
 import httpx
 import pytest
 
-from notifier.database import connect
+from notifier.storage.database import connect
 from tests.conftest import TEST_SECRET
 from tests.support.apps import bearer, make_key
 from tests.support.cli import run_cli, running_cli

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page
 
-from notifier.messages import Templates
+from notifier.delivery.messages import Templates
 from tests.support import harness
 from tests.support.browser import (
     WAIT_SECONDS,

@@ -18,9 +18,10 @@ import pytest
 
 from notifier import events
 from notifier.config import RetentionSettings
-from notifier.maintenance import cleanup
+from notifier.storage.maintenance import cleanup
+from notifier.storage.outbox import request_verification
 from notifier.tokens import TokenKeys
-from notifier.verifications import Throttled, request_verification
+from notifier.verifications import Throttled
 from tests.conftest import TEST_SECRET
 from tests.support.apps import Clients, bearer, make_key, serve
 from tests.support.deliveries import (
@@ -185,7 +186,7 @@ async def test_a_refusal_that_is_ours_fails_the_delivery_alerts_and_suppresses_n
         smtp_server.plan_mail(plan)
     else:
         smtp_server.plan("innocent@example.com", plan)
-    with caplog.at_level(logging.ERROR, logger="notifier.mailer"):
+    with caplog.at_level(logging.ERROR, logger="notifier.delivery.mailer"):
         row, recorder = await deliver_one(
             db, database_url, keys, smtp_server, "innocent@example.com"
         )

@@ -19,14 +19,15 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 
 from notifier import apikeys
-from notifier.access import SESSION_COOKIE, ScopedRoute
-from notifier.access import routes as access_routes
-from notifier.api import create_internal_app
-from notifier.public import create_public_app
+from notifier.runner import internal_app
+from notifier.storage import api_keys
 from notifier.tokens import TokenKeys
-from notifier.web import Services
+from notifier.web.access import SESSION_COOKIE, ScopedRoute
+from notifier.web.access import routes as access_routes
+from notifier.web.listeners import Services
+from notifier.web.public import create_public_app
 from tests.conftest import TEST_SECRET
-from tests.support.apps import Clients, bearer, make_key
+from tests.support.apps import NO_POOL, Clients, bearer, make_key
 from tests.support.deliveries import policy_for_tests
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +58,7 @@ _PATH_VALUES = {
 
 
 def _app(build: Any) -> FastAPI:
-    app: FastAPI = build(Services.over(None, policy_for_tests(TokenKeys((TEST_SECRET,)))))
+    app: FastAPI = build(Services.over(NO_POOL, policy_for_tests(TokenKeys((TEST_SECRET,)))))
     return app
 
 
@@ -76,13 +77,13 @@ def concrete(path: str) -> str:
 
 GUARDED = [
     (method, path, route.access)
-    for method, path, route in routes(_app(create_internal_app))
+    for method, path, route in routes(_app(internal_app))
     if (method, path) not in OPEN_INTERNAL
 ]
 
 
 def test_every_internal_route_but_the_probes_and_sign_in_needs_a_scope() -> None:
-    declared = {(m, p): r.access for m, p, r in routes(_app(create_internal_app))}
+    declared = {(m, p): r.access for m, p, r in routes(_app(internal_app))}
     assert {k for k, v in declared.items() if v == "open"} == OPEN_INTERNAL
     assert {"request", "read", "admin", "metrics"} == {v for v in declared.values() if v != "open"}
 
@@ -103,7 +104,7 @@ def _is_async(call: Any) -> bool:
     return inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call)
 
 
-@pytest.mark.parametrize("build", [create_internal_app, create_public_app])
+@pytest.mark.parametrize("build", [internal_app, create_public_app])
 def test_no_route_hands_its_handler_or_dependencies_to_a_thread(build: Any) -> None:
     # Each hand-off to FastAPI's thread pool and back cost a request about 0.4 ms of CPU.
     blocking = [
@@ -147,7 +148,7 @@ async def call(
 
 async def revoked_key(db: asyncpg.Connection) -> str:
     key = await make_key(db)
-    await apikeys.revoke(db, apikeys.parse(key).id)
+    await api_keys.revoke(db, apikeys.parse(key).id)
     return key
 
 
@@ -222,9 +223,9 @@ async def test_a_revoked_key_stops_working_within_a_second(
 ) -> None:
     key = await make_key(db)
     assert (await apps.internal.get("/v1/suppressions", headers=bearer(key))).status_code == 200
-    await apikeys.revoke(db, apikeys.parse(key).id)
+    await api_keys.revoke(db, apikeys.parse(key).id)
     # The bound the operator is promised, not a wait for something to happen.
-    await anyio.sleep(apikeys.CACHE_SECONDS)
+    await anyio.sleep(api_keys.CACHE_SECONDS)
     assert (await apps.internal.get("/v1/suppressions", headers=bearer(key))).status_code == 401
 
 
@@ -320,8 +321,8 @@ async def test_a_session_reads_but_cannot_write_without_a_pages_csrf_token(
 async def test_revoking_the_key_ends_its_sessions(apps: Clients, db: asyncpg.Connection) -> None:
     key = await make_key(db, ["read"])
     await sign_in(apps, key)
-    await apikeys.revoke(db, apikeys.parse(key).id)
-    await anyio.sleep(apikeys.CACHE_SECONDS)
+    await api_keys.revoke(db, apikeys.parse(key).id)
+    await anyio.sleep(api_keys.CACHE_SECONDS)
     assert (await apps.internal.get("/docs")).status_code == 401
 
 

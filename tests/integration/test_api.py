@@ -321,7 +321,7 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
 async def test_readiness_fails_while_migrations_are_pending(
     empty_database_url: str, keys: TokenKeys
 ) -> None:
-    from notifier.database import create_pool
+    from notifier.storage.database import create_pool
 
     pool = await create_pool(empty_database_url)
     try:

@@ -19,12 +19,12 @@ import httpx
 import pytest
 
 from notifier import apikeys, events
-from notifier.access import CSRF_FIELD, SESSION_COOKIE
-from notifier.access import routes as access_routes
-from notifier.api import create_internal_app
-from notifier.queries import sql
+from notifier.runner import internal_app
+from notifier.storage.queries import sql
 from notifier.tokens import TokenKeys
-from notifier.web import Services
+from notifier.web.access import CSRF_FIELD, SESSION_COOKIE
+from notifier.web.access import routes as access_routes
+from notifier.web.listeners import Services
 from tests.support.apps import INTERNAL_BASE, bearer, make_key
 from tests.support.deliveries import enqueue, policy_for_tests
 from tests.support.recorder import recorded
@@ -49,7 +49,7 @@ async def services(pool: asyncpg.Pool, keys: TokenKeys) -> Services:
 @pytest.fixture
 async def console(services: Services) -> AsyncIterator[httpx.AsyncClient]:
     """The internal app with a trace URL, and no key: each test signs in or sends one."""
-    app = create_internal_app(services, trace_url=TRACE_URL)
+    app = internal_app(services, trace_url=TRACE_URL)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
     ) as client:
@@ -90,7 +90,7 @@ async def test_reading_the_console_needs_read_and_changing_anything_needs_admin(
 ) -> None:
     declared = {
         (method, route.path): route.access
-        for route in access_routes(create_internal_app(services))
+        for route in access_routes(internal_app(services))
         for method in route.methods
         if route.path == "/" or route.path.startswith("/console")
     }
@@ -197,7 +197,7 @@ async def test_a_signed_in_form_with_its_pages_csrf_token_clears_a_suppression(
 @contextlib.asynccontextmanager
 async def signed_in_browser(services: Services, key: str) -> AsyncIterator[httpx.AsyncClient]:
     """Another browser (its own cookie jar) signed in to the console with `key`."""
-    app = create_internal_app(services, trace_url=TRACE_URL)
+    app = internal_app(services, trace_url=TRACE_URL)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
     ) as client:
@@ -415,7 +415,7 @@ async def test_without_a_trace_url_the_trace_id_is_shown_without_a_link(
         TRACEPARENT,
         enqueued.outbox_id,
     )
-    app = create_internal_app(services)
+    app = internal_app(services)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url=INTERNAL_BASE
     ) as client:

@@ -16,8 +16,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from notifier.embedded import EmbeddedPostgres, pg_bin
 from notifier.errors import EmbeddedServerError
+from notifier.storage.embedded import EmbeddedPostgres, pg_bin
 from tests.support.credentials import socket_dir_of, without_credentials
 
 pytestmark = pytest.mark.anyio

@@ -7,8 +7,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from notifier.embedded import EmbeddedPostgres
 from notifier.errors import EmbeddedServerError
+from notifier.storage.embedded import EmbeddedPostgres
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from notifier.embedded import EmbeddedPostgres, hba_trusts
 from notifier.errors import EmbeddedServerError
+from notifier.storage.embedded import EmbeddedPostgres, hba_trusts
 from tests.support.credentials import socket_dir_of, without_credentials
 from tests.support.legacy_cluster import (
     KEPT_TABLE,

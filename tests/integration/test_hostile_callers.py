@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from notifier.access import CSRF_FIELD, SESSION_COOKIE
+from notifier.web.access import CSRF_FIELD, SESSION_COOKIE
 from tests.support.apps import Clients, make_key
 from tests.support.databases import unique_name
 

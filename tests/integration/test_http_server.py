@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from notifier.config import ApiSettings
-from notifier.httpserver import http_server, listen
+from notifier.web.server import http_server, listen
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import aiosmtplib
 import anyio
 import pytest
 
-from notifier.inbox import Inbox
+from notifier.dev.inbox import Inbox
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,8 @@ import asyncpg
 import orjson
 import pytest
 
-from notifier.leases import Claimed, Completion, Held, Leases
-from notifier.queries import sql
+from notifier.delivery.leases import Claimed, Completion, Held, Leases
+from notifier.storage.queries import sql
 from notifier.tokens import TokenKeys
 from tests.support.deliveries import (
     attempts_of,

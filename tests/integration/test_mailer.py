@@ -13,8 +13,13 @@ import anyio
 import pytest
 import trustme
 
-from notifier.mailer import NullTransport, SendResult, SmtpTransport, transport_from_settings
-from notifier.messages import OutgoingMessage
+from notifier.delivery.mailer import (
+    NullTransport,
+    SendResult,
+    SmtpTransport,
+    transport_from_settings,
+)
+from notifier.delivery.messages import OutgoingMessage
 from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
 
 pytestmark = pytest.mark.anyio
@@ -342,7 +347,9 @@ async def test_settings_the_server_cannot_honour_are_transient_and_logged_once(
         second = await send(smtp, message(n=2))
     assert (first.outcome, second.outcome) == ("transient", "transient")
     assert not first.body_sent
-    errors = [r for r in caplog.records if r.levelname == "ERROR" and r.name == "notifier.mailer"]
+    errors = [
+        r for r in caplog.records if r.levelname == "ERROR" and r.name == "notifier.delivery.mailer"
+    ]
     assert len(errors) == 1
     assert "configuration problem" in errors[0].getMessage()
     assert smtp_server.received == []

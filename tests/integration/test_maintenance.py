@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 
 from notifier.config import RetentionSettings
-from notifier.maintenance import MAINTENANCE_LOCK_KEY, cleanup
+from notifier.storage.maintenance import MAINTENANCE_LOCK_KEY, cleanup
 from notifier.tokens import TokenKeys
 from tests.support.deliveries import enqueue
 

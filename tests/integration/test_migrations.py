@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from notifier import migrations
-from notifier.database import connect
 from notifier.errors import ChangedMigrationError
+from notifier.storage import migrations
+from notifier.storage.database import connect
 
 pytestmark = pytest.mark.anyio
 

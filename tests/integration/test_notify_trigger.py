@@ -10,7 +10,7 @@ import asyncpg
 import orjson
 import pytest
 
-from notifier.database import connect
+from notifier.storage.database import connect
 from tests.support.rows import insert_deliveries, insert_outbox, insert_verifications
 
 pytestmark = pytest.mark.anyio

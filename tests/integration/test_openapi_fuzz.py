@@ -36,13 +36,14 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from notifier.api import create_internal_app, openapi_document
-from notifier.public import create_public_app
+from notifier.runner import internal_app
+from notifier.storage.outbox import request_verification
 from notifier.tokens import TokenKeys
-from notifier.verifications import request_verification
-from notifier.web import Services
+from notifier.web.api import openapi_document
+from notifier.web.listeners import Services
+from notifier.web.public import create_public_app
 from tests.conftest import TEST_SECRET
-from tests.support.apps import Clients, serve
+from tests.support.apps import NO_POOL, Clients, serve
 from tests.support.deliveries import policy_for_tests
 
 pytestmark = pytest.mark.anyio
@@ -57,9 +58,9 @@ EXAMPLES_PER_OPERATION = 25
 # The documents under test: the internal API's, as it serves it at /openapi.json, and the
 # public listener's, which it does not serve but which describes its routes all the same (no
 # database is needed to build either).
-_SERVICES = Services.over(None, policy_for_tests(TokenKeys((TEST_SECRET,))))
+_SERVICES = Services.over(NO_POOL, policy_for_tests(TokenKeys((TEST_SECRET,))))
 SCHEMAS = {
-    "internal": schemathesis.openapi.from_dict(openapi_document(create_internal_app(_SERVICES))),
+    "internal": schemathesis.openapi.from_dict(openapi_document(internal_app(_SERVICES))),
     "public": schemathesis.openapi.from_dict(create_public_app(_SERVICES).openapi()),
 }
 Operation = APIOperation[Any, Any, Any, Any]

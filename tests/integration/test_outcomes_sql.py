@@ -11,7 +11,7 @@ from typing import get_args
 import asyncpg
 import pytest
 
-from notifier.leases import Completion, Leases
+from notifier.delivery.leases import Completion, Leases
 from notifier.outcomes import (
     RECORDED_OUTCOMES,
     AttemptOutcome,

@@ -13,9 +13,9 @@ import pytest
 
 from notifier import events
 from notifier.config import RetentionSettings
-from notifier.database import connect, create_pool
-from notifier.maintenance import cleanup
-from notifier.queries import sql
+from notifier.storage.database import connect, create_pool
+from notifier.storage.maintenance import cleanup
+from notifier.storage.queries import sql
 from notifier.tokens import TokenKeys
 from tests.support.deliveries import enqueue, enqueue_many
 from tests.support.recorder import recorded

@@ -11,7 +11,7 @@ import pytest
 
 from notifier import events
 from notifier.config import RetentionSettings
-from notifier.maintenance import cleanup
+from notifier.storage.maintenance import cleanup
 from notifier.tokens import TokenKeys
 from tests.support.apps import Clients
 from tests.support.deliveries import Enqueued, enqueue

@@ -10,11 +10,11 @@ import asyncpg
 import httpx
 import pytest
 
-from notifier.api import create_internal_app
-from notifier.database import create_pool
-from notifier.leases import Held, Leases
+from notifier.delivery.leases import Held, Leases
+from notifier.runner import internal_app
+from notifier.storage.database import create_pool
 from notifier.tokens import TokenKeys
-from notifier.web import Services
+from notifier.web.listeners import Services
 from tests.conftest import TEST_SECRET
 from tests.support.apps import bearer, make_key
 from tests.support.cli import run_cli
@@ -38,7 +38,7 @@ async def test_request_on_a_pooled_connection_the_server_just_closed_is_503_not_
     progress"), which the API does not map. Found by the soak's PostgreSQL restart."""
     pool = await create_pool(database_url, max_size=1)  # one connection: we know which to kill
     try:
-        app = create_internal_app(Services.over(pool, policy_for_tests(keys)))
+        app = internal_app(Services.over(pool, policy_for_tests(keys)))
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         statuses: Counter[int] = Counter()
         key = await make_key(db)

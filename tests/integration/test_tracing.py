@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator
 
@@ -13,7 +14,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from notifier import events
-from notifier.telemetry import QueueHealth, WorkerMetrics
+from notifier.metrics import QueueHealth, WorkerMetrics
+from notifier.storage.stats import queue_figures
 from notifier.tokens import TokenKeys
 from tests.support.apps import Clients, serve
 from tests.support.deliveries import policy_for_tests
@@ -188,7 +190,7 @@ async def test_metrics_page_shows_queue_health_and_worker_counts(
 ) -> None:
     recorder = Recorder(then=WorkerMetrics())
     await deliver(client, database_url, keys, smtp_server, recorder)
-    health = QueueHealth(pool)
+    health = QueueHealth(functools.partial(queue_figures, pool))
     health.register_gauges()
     await health.sample()
     text = (await client.get("/metrics")).text

@@ -17,11 +17,12 @@ import asyncpg
 import pytest
 
 from notifier import events
-from notifier import worker as worker_module
-from notifier.leases import Leases
-from notifier.listener import CHANNEL
+from notifier.delivery import worker as worker_module
+from notifier.delivery.leases import Leases
+from notifier.delivery.listener import CHANNEL
+from notifier.delivery.worker import Worker
+from notifier.storage.connection import Listening
 from notifier.tokens import TokenKeys, hash_token
-from notifier.worker import Worker
 from tests.support.deliveries import (
     Enqueued,
     attempts_of,
@@ -58,6 +59,13 @@ def link_token(content: bytes) -> str:
     match = re.search(re.escape(PUBLIC_URL) + r"/verify\?token=([A-Za-z0-9._-]+)", text)
     assert match, "no verification link in the message"
     return match.group(1)
+
+
+def listening(worker: Worker) -> Listening:
+    """The worker's LISTEN connection, which a started worker has."""
+    connection = worker.listener.connection
+    assert connection is not None, "the worker is not listening"
+    return connection
 
 
 async def statuses(db: asyncpg.Connection) -> Counter[str]:
@@ -156,14 +164,14 @@ async def test_killed_listener_reconnects_sweeps_and_loses_nothing(
     db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
 ) -> None:
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
-        pid = worker.listener.connection.get_server_pid()
+        pid = listening(worker).get_server_pid()
         await db.execute("SELECT pg_terminate_backend($1)", pid)
         # Committed while nobody listens: these notifications are gone for good.
         await enqueue_many(db, keys, 10, prefix="missed")
         with anyio.fail_after(WAIT):
             await recorded(worker).wait_for_kind(events.ListenerConnected, 2)
             await completed(worker, 10)
-        assert worker.listener.connection.get_server_pid() != pid
+        assert listening(worker).get_server_pid() != pid
     assert recorded(worker).of(events.ListenerLost)
     assert await statuses(db) == Counter(sent=10)
 
@@ -173,7 +181,7 @@ async def test_silent_listener_is_detected_by_its_round_trip_and_replaced(
 ) -> None:
     async with running_worker(database_url, keys, smtp_server.settings()) as worker:
         # What a transaction-mode pooler does: the session looks fine but hears nothing.
-        await worker.listener.connection.execute(f"UNLISTEN {CHANNEL}")
+        await listening(worker).execute(f"UNLISTEN {CHANNEL}")
         with anyio.fail_after(WAIT):
             [lost] = await recorded(worker).wait_for_kind(events.ListenerLost)
             await recorded(worker).wait_for_kind(events.ListenerConnected, 2)
@@ -424,7 +432,7 @@ async def test_more_sends_in_flight_than_smtp_connections_is_warned_about(
     database_url: str, keys: TokenKeys, smtp_server: SmtpServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     smtp = smtp_server.settings(pool_size=2)
-    with caplog.at_level(logging.WARNING, logger="notifier.worker"):
+    with caplog.at_level(logging.WARNING, logger="notifier.delivery.worker"):
         async with running_worker(database_url, keys, smtp, concurrency=4):
             pass
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -6,7 +6,7 @@ from typing import Any
 
 import asyncpg
 
-from notifier.queries import Catalogue
+from notifier.storage.queries import Catalogue
 
 # What the soak reads from outside the product, by name, loaded as the product loads its own.
 QUERIES = Catalogue("tests.soak", "queries.sql")

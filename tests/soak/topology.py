@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 
 import anyio
 
-from notifier.embedded import SERVER_LOG, EmbeddedPostgres
+from notifier.storage.embedded import SERVER_LOG, EmbeddedPostgres
 from tests.support.topology import ReplicatedPostgres, Topology, topology
 
 TopologyName = Literal["single", "failover", "pgbouncer"]

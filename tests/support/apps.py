@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from notifier import apikeys
-from notifier.api import create_internal_app
-from notifier.public import create_public_app
+from notifier.runner import internal_app
+from notifier.storage import api_keys
+from notifier.storage.connection import Pool
 from notifier.verifications import Policy
-from notifier.web import Services
+from notifier.web.listeners import Services
+from notifier.web.public import create_public_app
 
 INTERNAL_BASE = "http://api.test"
+# For an app built only to look at its routes or its document: no request reaches a pool.
+NO_POOL = cast(Pool, None)
 PUBLIC_BASE = "http://links.test"
 
 
@@ -23,7 +27,7 @@ async def make_key(
     conn: Any, scopes: Sequence[str] = apikeys.SCOPES, name: str = "test client"
 ) -> str:
     """A new API key with `scopes`, registered in the database behind `conn`."""
-    return (await apikeys.create(conn, name, scopes)).key
+    return (await api_keys.create(conn, name, scopes)).key
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -48,7 +52,7 @@ async def serve(pool: Any, policy: Policy, key: str | None = None) -> AsyncItera
             key = await make_key(conn)
     services = Services.over(pool, policy)
     internal = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_internal_app(services)),
+        transport=httpx.ASGITransport(app=internal_app(services)),
         base_url=INTERNAL_BASE,
         headers=bearer(key),
     )

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
-from notifier.access import SESSION_COOKIE
+from notifier.web.access import SESSION_COOKIE
 from tests.support.apps import bearer
 from tests.support.cli import running_cli
 

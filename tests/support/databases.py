@@ -7,8 +7,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-from notifier import migrations
-from notifier.database import connect
+from notifier.storage import migrations
+from notifier.storage.database import connect
 
 
 def with_database(url: str, name: str, user: str | None = None) -> str:

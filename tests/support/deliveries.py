@@ -9,8 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from notifier.config import RequestSettings
+from notifier.storage.outbox import request_verification
 from notifier.tokens import TokenKeys
-from notifier.verifications import Policy, request_verification
+from notifier.verifications import Policy
 
 MESSAGE_DOMAIN = "notifier.test"
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import asyncpg
 
-from notifier.embedded import PGDATA_DIR, PORT, SERVER_LOG, SERVER_USER, SOCKET_DIR, pg_bin
+from notifier.storage.embedded import PGDATA_DIR, PORT, SERVER_LOG, SERVER_USER, SOCKET_DIR, pg_bin
 
 # What every test puts in a legacy cluster, to find again after the upgrade.
 KEPT_TABLE = "kept_across_the_upgrade"

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import anyio
 
+from notifier.delivery.worker import Worker
 from notifier.events import Observer, WorkerEvent
-from notifier.worker import Worker
 
 E = TypeVar("E")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from notifier.embedded import SERVER_USER
+from notifier.storage.embedded import SERVER_USER
 from tests.support.ports import free_port
 
 # Where Debian puts each major version's binaries; the newest one with pg_basebackup is used.

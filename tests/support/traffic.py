@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import anyio
 import httpx
 
-from notifier import apikeys
-from notifier.database import ONE_SHOT_CACHE, connect
+from notifier.storage import api_keys
+from notifier.storage.database import ONE_SHOT_CACHE, connect
 from tests.conftest import TEST_SECRET
 from tests.support.cli import RunningCli, running_cli
 from tests.support.ports import free_port
@@ -41,7 +41,7 @@ async def client_key(database_url: str) -> str:
     """A new API key of scope "request" for the traffic, on the database behind the URL."""
     conn = await connect(database_url, statement_cache_size=ONE_SHOT_CACHE)
     try:
-        return (await apikeys.create(conn, f"traffic-{uuid.uuid4().hex[:6]}", ["request"])).key
+        return (await api_keys.create(conn, f"traffic-{uuid.uuid4().hex[:6]}", ["request"])).key
     finally:
         await conn.close()
 

@@ -11,11 +11,11 @@ import anyio
 
 from notifier import events
 from notifier.config import SmtpSettings, WorkerSettings
-from notifier.database import DEFAULT_STATEMENT_CACHE_SIZE, create_pool
-from notifier.mailer import SmtpTransport, Transport
-from notifier.messages import Templates
+from notifier.delivery.mailer import SmtpTransport, Transport
+from notifier.delivery.messages import Templates
+from notifier.delivery.worker import Worker
+from notifier.storage.database import DEFAULT_STATEMENT_CACHE_SIZE, create_pool
 from notifier.tokens import TokenKeys
-from notifier.worker import Worker
 from tests.support.recorder import Recorder, recorded
 
 PUBLIC_URL = "http://verify.test"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from notifier import apikeys
-from notifier.access import SESSION_SECONDS, Sessions
 from notifier.tokens import TokenKeys
+from notifier.web.access import SESSION_SECONDS, Sessions
 
 SECRET = "s" * 40
 

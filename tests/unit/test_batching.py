@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from notifier.batching import Batcher
+from notifier.delivery.batching import Batcher
 
 pytestmark = pytest.mark.anyio
 

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from notifier.access import Sessions
-from notifier.charts import Bar, axis_top, stacked_bars
 from notifier.config import ApiSettings
-from notifier.console_data import trace_id
 from notifier.errors import ConfigError
 from notifier.tokens import TokenKeys
+from notifier.web.access import Sessions
+from notifier.web.console.charts import Bar, axis_top, stacked_bars
+from notifier.web.console.data import trace_id
 
 SECRET = "s" * 40
 SERIES = (("sent", "Sent"), ("failed", "Failed"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.database import describe
+from notifier.storage.database import describe
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from notifier.destinations import DomainPlaces
+from notifier.delivery.destinations import DomainPlaces
 
 pytestmark = pytest.mark.anyio
 

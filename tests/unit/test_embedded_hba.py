@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from notifier.embedded import hba_trusts, hba_without_trust
+from notifier.storage.embedded import hba_trusts, hba_without_trust
 
 # What initdb --auth=trust writes, abridged, plus a rule someone added by hand.
 LEGACY_HBA = """\

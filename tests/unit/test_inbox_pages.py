@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from notifier import inbox_pages
-from notifier.inbox import Captured, Opened
-from notifier.inbox_pages import View
+from notifier.dev import pages as inbox_pages
+from notifier.dev.inbox import Captured, Opened
+from notifier.dev.pages import View
 
 KEY_FILE = Path(".notifier/dev-api-key")
 HOSTILE = '<script>alert("x")</script>'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from notifier.intake import Intake
+from notifier.delivery.intake import Intake
 
 
 def test_ids_come_out_oldest_first_without_duplicates() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from notifier.lifetimes import rounded, stated_lifetime
+from notifier.delivery.lifetimes import rounded, stated_lifetime
 
 ISSUED = datetime(2025, 6, 1, 11, 0, tzinfo=UTC)
 

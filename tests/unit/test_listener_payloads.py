@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.listener import parse_payload
+from notifier.delivery.listener import parse_payload
 
 
 def test_ids_payload_gives_the_ids() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from notifier.delivery.messages import TEMPLATE_DIR_VARIABLE, VARIABLES, OutgoingMessage, Templates
 from notifier.errors import ConfigError
-from notifier.messages import TEMPLATE_DIR_VARIABLE, VARIABLES, OutgoingMessage, Templates
 
 NOW = datetime(2025, 6, 1, 11, 0, 30, tzinfo=UTC)
 MESSAGE_ID = "<verify.3f1c2b9e-0000-4000-8000-000000000001@example.com>"
@@ -459,7 +459,7 @@ QUOTED_PRINTABLE_CASES = [
 def test_bodies_are_encoded_line_by_line_exactly_as_the_whole_text_would_be(text: str) -> None:
     # The body is encoded one cached line at a time; the bytes must be those of encoding
     # the whole text at once with CRLF line ends.
-    from notifier.messages import _quoted_printable
+    from notifier.delivery.messages import _quoted_printable
 
     whole = text.replace("\r\n", "\n").replace("\r", "\n")
     if not whole.endswith("\n"):
@@ -469,7 +469,7 @@ def test_bodies_are_encoded_line_by_line_exactly_as_the_whole_text_would_be(text
 
 
 def test_shipped_template_bodies_are_encoded_exactly_as_the_whole_text_would_be() -> None:
-    from notifier.messages import _quoted_printable
+    from notifier.delivery.messages import _quoted_printable
 
     for chosen in Templates.load(None).sets.values():
         for body in (chosen.text.template, chosen.html.template):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from notifier import migrations
 from notifier.errors import MigrationError
+from notifier.storage import migrations
 
 
 def test_shipped_migrations_are_numbered_from_one_without_gaps() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import notifier
-from notifier.queries import PRODUCT, Catalogue, catalogue, sql
+from notifier.storage.queries import PRODUCT, Catalogue, catalogue, sql
 from tests.soak.probe import QUERIES as SOAK
 
 CATALOGUES = {"notifier": PRODUCT, "soak": SOAK}

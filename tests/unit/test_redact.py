@@ -75,7 +75,7 @@ SLACK = 100
 
 
 def _trim(text: str) -> str:
-    from notifier.mailer import _trim as trim
+    from notifier.delivery.smtp_replies import kept_text as trim
 
     return trim(text)
 
@@ -133,7 +133,7 @@ def test_a_megabyte_of_hostile_text_costs_linear_time_on_every_redaction_path(
 
 
 def test_a_long_reply_is_cut_after_it_is_redacted_so_no_partial_address_survives() -> None:
-    from notifier.mailer import REPLY_LIMIT_CHARS
+    from notifier.delivery.smtp_replies import REPLY_LIMIT_CHARS
 
     reply = "550 " + "x" * (REPLY_LIMIT_CHARS - 20) + " <ada.lovelace@corp.example> unknown"
     kept = _trim(reply)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.mailer import Phase, refusal_of
+from notifier.delivery.smtp_replies import Phase, refusal_of
 from notifier.outcomes import Refusal
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from notifier.retries import Backoff
+from notifier.delivery.retries import Backoff
 
 SCHEDULE = Backoff(base=60.0, factor=5.0, ceiling=900.0, jitter=0.2)
 

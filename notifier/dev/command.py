@@ -1,0 +1,203 @@
+"""`notifier dev`: the whole service in one process on embedded defaults, for a first look.
+
+An embedded PostgreSQL (unless NOTIFIER_DATABASE_URL is set), migrated on start; an SMTP
+server that keeps mail in a web inbox; both HTTP listeners; and a worker. The token secret
+and an API key with every scope are generated once and kept in the data directory, so links
+and the README's commands survive restarts. Loopback only, unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from notifier import apikeys
+from notifier.config import (
+    ApiSettings,
+    DatabaseSettings,
+    RequestSettings,
+    SmtpSettings,
+    TokenSettings,
+    WorkerSettings,
+)
+from notifier.delivery.mailer import SmtpTransport
+from notifier.delivery.messages import Templates
+from notifier.dev import web as inbox_web
+from notifier.dev.inbox import INBOX_DIRECTORY, Inbox
+from notifier.errors import ConfigError
+from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
+from notifier.settings_spec import is_set
+from notifier.storage import api_keys, migrations
+from notifier.storage.database import connect
+from notifier.verifications import Policy
+from notifier.web.server import Listener
+
+log = logging.getLogger(__name__)
+
+SECRET_FILE = "dev-token-secret"
+API_KEY_FILE = "dev-api-key"
+DEV_MAIL_FROM = "notifier@localhost"
+DEV_KEY_NAME = "notifier dev"
+
+
+def _kept(data_dir: Path, name: str, make: Callable[[], str]) -> str:
+    """A value generated on first use and kept (owner-only) in the data directory."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / name
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(make())
+    return path.read_text().strip()
+
+
+def dev_secret(data_dir: Path) -> str:
+    """The dev token secret, so links survive restarts."""
+    return _kept(data_dir, SECRET_FILE, lambda: secrets.token_urlsafe(48))
+
+
+def dev_key(data_dir: Path) -> str:
+    """The dev API key (every scope), so the README's curl works across restarts."""
+    return _kept(data_dir, API_KEY_FILE, lambda: apikeys.generate().key)
+
+
+# The names a browser on this machine reaches dev by. Dev answers no other Host: a page on
+# another site that rebinds its own name to 127.0.0.1 (DNS rebinding) would otherwise read
+# the open inbox, and every live link in it.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_remote(api: ApiSettings, allow_remote: bool) -> None:
+    """Dev mode serves every live link in its inbox: loopback only, unless told otherwise."""
+    if allow_remote:
+        return
+    for host, setting in (
+        (api.host, "NOTIFIER_API_HOST"),
+        (api.public_host, "NOTIFIER_PUBLIC_HOST"),
+    ):
+        if not is_loopback(host):
+            raise ConfigError(
+                setting,
+                f"notifier dev binds only loopback addresses ({host} is not one): its inbox "
+                "shows every live link and its key is printed. Pass --allow-remote to bind it "
+                "anyway.",
+            )
+
+
+async def run_dev(
+    url: str,
+    shown_database: str,
+    api: ApiSettings,
+    sockets: tuple[socket.socket, socket.socket],
+    *,
+    allow_remote: bool = False,
+) -> None:
+    """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
+    (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
+    database = DatabaseSettings.from_env()
+    tokens = _tokens(api, database.data_dir)
+    key = dev_key(database.data_dir)
+    await _prepare(url, key)
+    # Kept beside the embedded database, so mail survives a restart as the data does.
+    inbox = Inbox(database.data_dir / INBOX_DIRECTORY)
+    smtp = _smtp(await inbox.start())
+    worker = WorkerConfig(
+        worker=dataclasses.replace(WorkerSettings.from_env(), transport="smtp"),
+        smtp=smtp,
+        tokens=tokens,
+        templates=Templates.from_env(),
+    )
+    policy = Policy.from_settings(
+        tokens, RequestSettings.from_env(), message_id_domain=smtp.id_domain
+    )
+    http = HttpPlan(
+        policy,
+        api,
+        sockets,
+        internal_routes=lambda app: inbox_web.add_routes(
+            app, inbox, database.data_dir / API_KEY_FILE
+        ),
+        hosts=None if allow_remote else LOOPBACK_NAMES,
+    )
+
+    def ready(listeners: list[Listener]) -> None:
+        internal = listeners[0].url
+        print(
+            f"notifier dev: API {internal} (key {key}) · links {tokens.public_url} · "
+            f"inbox {internal}/dev/inbox · console {internal}/console · "
+            f"database {shown_database} · Ctrl-C to stop",
+            flush=True,
+        )
+
+    try:
+        await serve(
+            url,
+            "notifier-dev",
+            database.statement_cache_size,
+            http=http,
+            worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp)),
+            # The inbox ends its open event streams, or the server would wait on them.
+            also_stop=[inbox.close],
+            on_ready=ready,
+        )
+        log.info("notifier dev stopped")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await inbox.stop()
+
+
+def _tokens(api: ApiSettings, data_dir: Path) -> TokenSettings:
+    """The token settings, with dev's own secret unless one is given, and links to the
+    public listener's own address unless NOTIFIER_PUBLIC_URL says otherwise."""
+    given = TokenSettings.from_env(required=False, strict=False)
+    public_url = (
+        given.public_url
+        if is_set(TokenSettings, "public_url")
+        else f"http://{api.public_host}:{api.public_port}"
+    )
+    return dataclasses.replace(
+        given,
+        secrets=given.secrets or (dev_secret(data_dir),),
+        public_url=public_url.rstrip("/"),
+    )
+
+
+async def _prepare(url: str, key: str) -> None:
+    """The schema migrated and the dev key registered."""
+    conn = await connect(url)
+    try:
+        await migrations.migrate(conn)
+        await api_keys.create(conn, DEV_KEY_NAME, apikeys.SCOPES, key=key)
+    finally:
+        await conn.close()
+
+
+def _smtp(inbox_port: int) -> SmtpSettings:
+    """The SMTP settings, pointed at the dev inbox."""
+    return dataclasses.replace(
+        SmtpSettings.from_env(),
+        host="127.0.0.1",
+        port=inbox_port,
+        tls="none",
+        username=None,
+        password=None,
+        mail_from=DEV_MAIL_FROM,
+        message_id_domain="notifier.localhost",
+    )

@@ -1,0 +1,209 @@
+"""The dev inbox over HTTP: its pages, JSON, live event stream and assets; and `/`, the dev
+landing page. Mounted only by `notifier dev`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, get_args
+
+import anyio
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import StreamingResponse
+
+from notifier.dev import pages as inbox_pages
+from notifier.dev.inbox import Captured, Inbox
+from notifier.dev.pages import View
+from notifier.web.access import ScopedRoute, access, csrf_token_of
+
+# An idle event stream sends a comment this often (seconds), so a dead client is noticed
+# and no proxy times the stream out.
+HEARTBEAT_SECONDS = 15.0
+# How long a browser waits before reconnecting a dropped event stream (milliseconds).
+RECONNECT_MS = 2000
+# Longest search string taken (an address is at most 254 characters).
+MAX_QUERY_CHARS = 254
+
+# The inbox pages run only this package's script and stylesheet, talk only to this origin,
+# frame only this origin's email view, and are never framed themselves.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+        "base-uri 'none'"
+    ),
+    # Message pages carry live links in their URLs' pages: no referrer may take them along.
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+# The email's own HTML: sandboxed even when opened on its own (the CSP sandbox directive),
+# with no scripts, no same origin, nothing fetched from the network, and framed only here.
+FRAME_HEADERS = {
+    "Content-Security-Policy": (
+        f"sandbox {inbox_pages.FRAME_SANDBOX}; default-src 'none'; style-src 'unsafe-inline'; "
+        "img-src data:; font-src data:; frame-ancestors 'self'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+# The start page and the assets are open; the inbox is not. Loopback is every local user's:
+# the mail holds live links, so reading it takes the dev key (or a browser signed in with
+# it), and emptying it the admin scope the dev key has.
+OPEN = access("open")
+READ = access("read")
+ADMIN = access("admin")
+_ASSETS = {"inbox.css": "text/css; charset=utf-8", "inbox.js": "text/javascript; charset=utf-8"}
+_HEAD = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
+
+
+def add_routes(app: FastAPI, inbox: Inbox, key_file: Path) -> None:
+    """`/`, `/dev/inbox` (list), `/dev/inbox/{n}` (one message, `?view=html|text|headers|raw`),
+    `/dev/inbox/{n}/html` and `/raw`, `/dev/inbox.json`, `/dev/inbox/events` (server-sent
+    events), `POST /dev/inbox/delete-all`, and `/dev/static/*`, over `inbox`."""
+    app.state.inbox = inbox
+    app.state.dev_key_file = key_file
+    app.include_router(routes)
+
+
+async def _inbox(request: Request) -> Inbox:
+    return request.app.state.inbox  # type: ignore[no-any-return]
+
+
+Captures = Annotated[Inbox, Depends(_inbox)]
+routes = APIRouter(route_class=ScopedRoute)
+
+
+@routes.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
+async def landing(request: Request) -> HTMLResponse:
+    key_file: Path = request.app.state.dev_key_file
+    page = inbox_pages.landing_page(str(request.base_url), key_file)
+    return HTMLResponse(page, headers=PAGE_HEADERS)
+
+
+@routes.get("/dev/inbox", response_class=HTMLResponse, include_in_schema=False, **READ)
+async def inbox_list(request: Request, inbox: Captures, q: str = "") -> HTMLResponse:
+    query = q[:MAX_QUERY_CHARS]
+    page = inbox_pages.inbox_page(
+        inbox.search(query), len(inbox.messages), query, inbox.version, csrf_token_of(request)
+    )
+    return HTMLResponse(page, headers=PAGE_HEADERS)
+
+
+@routes.get("/dev/inbox.json", include_in_schema=False, **READ)
+async def inbox_json(inbox: Captures, q: str = "") -> JSONResponse:
+    listed = [_summary(m) for m in inbox.search(q[:MAX_QUERY_CHARS])]
+    headers = {
+        "Cache-Control": "no-store",
+        # How many there are in all, whatever the search, and which state this is.
+        "X-Inbox-Total": str(len(inbox.messages)),
+        "X-Inbox-Version": str(inbox.version),
+    }
+    return JSONResponse(listed, headers=headers)
+
+
+@routes.get("/dev/inbox/events", include_in_schema=False, **READ)
+async def inbox_events(inbox: Captures) -> StreamingResponse:
+    return StreamingResponse(
+        _events(inbox),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@routes.post("/dev/inbox/delete-all", include_in_schema=False, **ADMIN)
+async def delete_all(inbox: Captures) -> Response:
+    # ScopedRoute checked the key, and for a signed-in browser this site and its page's
+    # CSRF token: no other site's form can empty the inbox.
+    inbox.clear()
+    return RedirectResponse("/dev/inbox", status_code=303, headers=PAGE_HEADERS)
+
+
+@routes.get("/dev/inbox/{number}", response_class=HTMLResponse, include_in_schema=False, **READ)
+async def message_page(inbox: Captures, number: str, view: str = "") -> HTMLResponse:
+    opened = inbox.open(int(number)) if number.isdigit() else None
+    if opened is None:
+        return HTMLResponse(inbox_pages.not_found_page(number, inbox.capacity), 404, PAGE_HEADERS)
+    chosen: View = view if view in get_args(View) else "html"  # type: ignore[assignment]
+    if chosen == "html" and opened.html is None:
+        chosen = "text"
+    return HTMLResponse(inbox_pages.message_page(opened, chosen), headers=PAGE_HEADERS)
+
+
+@routes.get("/dev/inbox/{number}/html", include_in_schema=False, **READ)
+async def message_html(inbox: Captures, number: int) -> Response:
+    opened = inbox.open(number)
+    if opened is None or opened.html is None:
+        return Response("No HTML part.", 404, FRAME_HEADERS, "text/plain; charset=utf-8")
+    return Response(_links_open_outside(opened.html), 200, FRAME_HEADERS, "text/html")
+
+
+@routes.get("/dev/inbox/{number}/raw", include_in_schema=False, **READ)
+async def message_raw(inbox: Captures, number: int) -> Response:
+    opened = inbox.open(number)
+    if opened is None:
+        return Response("No such message.", 404, PAGE_HEADERS, "text/plain; charset=utf-8")
+    headers = {
+        **PAGE_HEADERS,
+        "Content-Disposition": f'attachment; filename="message-{number}.eml"',
+    }
+    return Response(opened.raw, 200, headers, "message/rfc822")
+
+
+@routes.get("/dev/static/{name}", include_in_schema=False, **OPEN)
+async def asset(name: str) -> Response:
+    if name not in _ASSETS:
+        return Response("Not found.", 404, media_type="text/plain")
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    return Response(_asset(name), 200, headers, _ASSETS[name])
+
+
+def _summary(message: Captured) -> dict[str, Any]:
+    return {
+        "number": message.number,
+        "to": list(message.recipients),
+        "from": message.sender,
+        "subject": message.subject,
+        "message_id": message.message_id,
+        "link": message.link,
+        "received_at": message.received_at.isoformat(),
+        "has_html": message.has_html,
+    }
+
+
+async def _events(inbox: Inbox) -> AsyncIterator[str]:
+    """An `inbox` event with the inbox's version now and after every change; a comment when
+    idle. Ends when the inbox closes (at shutdown), so the server can stop."""
+    seen = inbox.version
+    yield f"retry: {RECONNECT_MS}\nevent: inbox\ndata: {seen}\n\n"
+    while not inbox.closed:
+        with anyio.move_on_after(HEARTBEAT_SECONDS):
+            await inbox.wait_beyond(seen)
+        if inbox.closed:
+            return
+        if inbox.version == seen:
+            yield ": idle\n\n"
+            continue
+        seen = inbox.version
+        yield f"event: inbox\ndata: {seen}\n\n"
+
+
+def _links_open_outside(html: str) -> bytes:
+    """The email with `<base target="_blank">`: in the sandboxed frame a link may only open a
+    new tab (the verify page refuses to be framed)."""
+    body = html.encode("utf-8")
+    base = b'<base target="_blank">'
+    match = _HEAD.search(body)
+    if match is None:
+        return base + body
+    return body[: match.end()] + base + body[match.end() :]
+
+
+@cache
+def _asset(name: str) -> bytes:
+    return resources.files("notifier").joinpath("static", name).read_bytes()

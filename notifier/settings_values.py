@@ -1,0 +1,146 @@
+"""Setting values: each parser turns a variable's text into its value, or raises ValueError
+saying what is expected (settings_spec.load names the variable). Used by notifier.config's
+declarations, as `parse.seconds(1, 3600)`, `parse.text`, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, get_args
+from urllib.parse import urlsplit
+
+
+def seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g} seconds")
+        return value
+
+    return parse
+
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(f"must be an integer between {low} and {high}")
+        return value
+
+    return parse
+
+
+def choice(kind: Any) -> Callable[[str], Any]:
+    """A parser for one of a Literal type's words (case-insensitive)."""
+    choices = get_args(kind)
+
+    def parse(raw: str) -> Any:
+        if raw.lower() not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return raw.lower()
+
+    return parse
+
+
+def boolean(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def database_url(raw: str) -> str | None:
+    if not raw.startswith(("postgres://", "postgresql://")):
+        raise ValueError("must be a postgresql:// URL")
+    return raw
+
+
+def http_url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    return raw.rstrip("/")
+
+
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+
+
+def trace_url_template(raw: str) -> str | None:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    rest = raw.replace(TRACE_ID_PLACEHOLDER, "", 1)
+    if TRACE_ID_PLACEHOLDER not in raw or "{" in rest or "}" in rest:
+        raise ValueError(f"must hold {TRACE_ID_PLACEHOLDER} once, where the trace id goes")
+    return raw
+
+
+def address(raw: str) -> str:
+    # The sender address is operator configuration, checked for shape only; recipient
+    # addresses are validated properly where requests come in.
+    local, _, domain = raw.rpartition("@")
+    if (
+        not local
+        or ("." not in domain and domain != "localhost")
+        or any(c in raw for c in "\r\n <>")
+    ):
+        raise ValueError("must be an address like noreply@example.com")
+    return raw
+
+
+def existing_file(raw: str) -> Path | None:
+    path = Path(raw)
+    if not path.is_file():
+        raise ValueError("must name a readable file")
+    return path
+
+
+def text(raw: str) -> str:
+    if any(c in raw for c in "\r\n"):
+        raise ValueError("must be a single line")
+    return raw
+
+
+# Display names longer than this do not fit a mail client's sender column anyway.
+DISPLAY_NAME_MAX_CHARS = 100
+
+
+def display_name(raw: str) -> str:
+    if len(raw) > DISPLAY_NAME_MAX_CHARS or not raw.isprintable():
+        raise ValueError(
+            f"must be one line of at most {DISPLAY_NAME_MAX_CHARS} printable characters"
+        )
+    return raw
+
+
+def float_at_least(low: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if value < low:
+            raise ValueError(f"must be at least {low:g}")
+        return value
+
+    return parse
+
+
+def fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value < 1:
+        raise ValueError("must be a fraction from 0 up to (not including) 1")
+    return value
+
+
+def separators(raw: str) -> str:
+    if len(raw) > 4 or any(c.isalnum() or c.isspace() or c in '@"' for c in raw):
+        raise ValueError("must be up to 4 punctuation characters, such as + or +-")
+    return raw
+
+
+def domains(raw: str) -> frozenset[str]:
+    domains = frozenset(d.strip().lower() for d in raw.split(",") if d.strip())
+    if any(not d.isascii() or "." not in d or any(c in d for c in " @/") for d in domains):
+        raise ValueError("must be comma-separated domains in ASCII (IDNA) form, like gmail.com")
+    return domains

@@ -1,0 +1,183 @@
+"""The outbox's writes and reads of verifications, on the caller's connection: requesting one
+inside the caller's transaction (the library call and the API's implementation alike), and
+confirming its token.
+
+`request_verification` validates the request (notifier.verifications), and writes the
+verification and its outbox row in one statement that also honours the idempotency key,
+suppression, the limits and supersession (schema request_v3): one round trip, inside one
+transaction on the caller's connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from typing import Any
+
+from notifier.storage.connection import Runner
+from notifier.storage.queries import arguments, sql
+from notifier.telemetry import inject_current, producer_span
+from notifier.tokens import TokenKeys, hash_token, looks_like_token
+from notifier.verifications import (
+    Budgets,
+    Confirmation,
+    IdempotencyConflict,
+    Policy,
+    Suppressed,
+    Throttled,
+    VerificationRequest,
+    VerificationResult,
+    check_idempotency_key,
+    message_id_for,
+    resend_key,
+)
+
+
+async def request_verification(
+    conn: Runner,
+    *,
+    user_id: str,
+    email: str,
+    purpose: str | None = None,
+    idempotency_key: str | None = None,
+    policy: Policy | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+    client_id: str | None = None,
+    locale: str | None = None,
+    replaces: uuid.UUID | None = None,
+) -> VerificationResult:
+    """Request a verification email, inside the caller's transaction on `conn`.
+
+    Nothing is sent unless that transaction commits: the worker is notified at COMMIT, and a
+    rollback leaves nothing behind. Raises InvalidRequest, IdempotencyConflict, Throttled or
+    Suppressed without writing anything. `policy` defaults to one read from the environment.
+    `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
+    closest one there are templates for is used, English by default.
+    `client_id` is the API key that asked (None: the application's own code); idempotency
+    keys are scoped to it, so two clients using the same key never collide, and a request
+    supersedes only that client's earlier verifications of the recipient, and `replaces`
+    (a console resend: a support key replacing the app's failed verification).
+    """
+    policy = policy or _env_policy()
+    limits = policy.limits
+    request = VerificationRequest.parse(
+        user_id, email, purpose, limits.subaddress_separators, locale
+    )
+    if idempotency_key is not None:
+        check_idempotency_key(idempotency_key)
+    budgets = Budgets.of(policy, request, client_id)
+    verification_id = uuid.uuid4()
+    issued = policy.keys.issue(verification_id)
+    with producer_span() as span:
+        if traceparent is None:
+            traceparent, tracestate = inject_current()
+        # One statement (schema request_v3): one round trip in the caller's transaction, or
+        # one that commits by itself; a refusal comes back as a row and writes nothing.
+        values = {
+            "p_id": verification_id,
+            "p_user_id": request.user_id,
+            "p_email": request.email,
+            "p_mailbox": request.address.mailbox,
+            "p_suppression_key": request.address.folded,
+            "p_purpose": request.purpose,
+            "p_locale": request.locale,
+            "p_token_key_id": issued.key_id,
+            "p_token_nonce": issued.nonce,
+            "p_token_hash": issued.token_hash,
+            "p_ttl": policy.ttl_seconds,
+            "p_message_id": message_id_for(verification_id, policy.message_id_domain),
+            "p_max_attempts": limits.max_attempts,
+            "p_traceparent": traceparent,
+            "p_tracestate": tracestate,
+            "p_idempotency_key": idempotency_key,
+            "p_fingerprint": request.fingerprint(policy.keys),
+            "p_known_fingerprints": request.fingerprints(policy.keys),
+            "p_idempotency_ttl": limits.idempotency_ttl,
+            "p_client_id": client_id,
+            "p_resend_limit": limits.resend_limit,
+            "p_window": limits.resend_window,
+            "p_budget_scopes": budgets.scopes,
+            "p_budget_subjects": budgets.subjects,
+            "p_budget_limits": budgets.limits,
+            "p_slice": budgets.slice_seconds,
+            "p_replaces": replaces,
+        }
+        statement = "request_verification"
+        row = await conn.fetchrow(sql(statement), *arguments(statement, values))
+        if span is not None:
+            span.set_attribute("notifier.request.result", row["result"])
+            if row["result"] == "accepted":
+                span.set_attribute("messaging.message.id", str(row["outbox_id"]))
+                span.set_attribute("notifier.verification_id", str(row["id"]))
+    return _answer(row)
+
+
+def _answer(row: Any) -> VerificationResult:
+    """What request_v3's row means: a result, or the refusal raised as its error."""
+    match row["result"]:
+        case "accepted":
+            return VerificationResult(row["id"], "pending", row["expires_at"])
+        case "replayed":
+            return VerificationResult(row["id"], row["status"], row["expires_at"], True)
+        case "conflict":
+            raise IdempotencyConflict()
+        case "suppressed":
+            raise Suppressed()
+        case "throttled":
+            raise Throttled(row["retry_after"], row["limit_scope"])
+        case unknown:
+            raise RuntimeError(f"request_v3 answered {unknown!r}")
+
+
+_cached_policy: Policy | None = None
+
+
+def _env_policy() -> Policy:
+    global _cached_policy
+    if _cached_policy is None:
+        _cached_policy = Policy.from_env()
+    return _cached_policy
+
+
+async def confirm(conn: Runner, token: str, *, apply: bool, keys: TokenKeys) -> Confirmation:
+    """Confirm `token` (apply=True), or only say what confirming would do (apply=False).
+
+    The token is looked up by its hash; the raw token is never stored, logged or returned.
+    A token made with a secret no longer in `keys` is invalid: removing a secret revokes
+    its links. A confirm racing another confirm of the same link answers "already
+    verified" (confirm_v1 reads the state after the other one committed).
+    """
+    if not isinstance(token, str) or not looks_like_token(token) or not keys.knows(token):
+        return Confirmation("invalid")
+    token_hash = hash_token(token)
+    row = await conn.fetchrow(sql("confirm_token"), token_hash, apply)
+    if row is None or not hmac.compare_digest(bytes(row["token_hash"]), token_hash):
+        return Confirmation("invalid")
+    recipient = {
+        "user_id": row["user_id"],
+        "email": row["email"],
+        "purpose": row["purpose"],
+        "locale": row["locale"],
+        "client_id": row["client_id"],
+        "expired_at": row["expires_at"] if row["expired"] else None,
+        "scrubbed": row["scrubbed_at"] is not None,
+        "user_verified": row["user_verified"],
+        "client_valid": row["client_valid"],
+    }
+    if row["confirmed_now"]:
+        return Confirmation("verified", row["id"], **recipient)
+    if row["verified_at"] is not None:
+        return Confirmation("already_verified", row["id"], **recipient)
+    if row["superseded_at"] is not None:
+        return Confirmation(
+            "invalid",
+            row["id"],
+            superseded=True,
+            superseded_by=row["superseded_by"],
+            renewed_here=row["successor_key"] == resend_key(token),
+            **recipient,
+        )
+    if row["expired"]:
+        return Confirmation("expired", row["id"], **recipient)
+    return Confirmation("ready", row["id"], **recipient)

@@ -1,0 +1,243 @@
+"""The delivery console's pages: queue health, delivery search, one delivery's timeline, and
+suppressions, rendered from templates/console/ (every value escaped by the templates);
+addresses arrive redacted (console_data).
+
+Plain HTML and one stylesheet served by the package (the dev inbox's, plus the console's
+own rules): no script, no CDN, no build step. Forms that change something carry the
+session's CSRF token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from markupsafe import Markup
+
+from notifier.redact import redact_email
+from notifier.storage.suppressions import Suppression
+from notifier.web.access import CSRF_FIELD
+from notifier.web.console.charts import Bar, stacked_bars
+from notifier.web.console.data import (
+    CHART_MINUTES,
+    Delivery,
+    Minute,
+    QueueSnapshot,
+    Search,
+)
+from notifier.web.templating import render
+
+STYLESHEET = "/console/static/console.css"
+# No script at all; styles only from this origin; forms post only here; never framed.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+NAV = (
+    ("/console", "Queue"),
+    ("/console/deliveries", "Deliveries"),
+    ("/console/suppressions", "Suppressions"),
+    ("/docs", "API docs"),
+)
+# How each way of finding a row reads, for the shares table.
+DISCOVERY = {
+    "notify": "a NOTIFY woke a worker",
+    "sweep": "the fallback sweep (a missed NOTIFY)",
+    "retry_timer": "a retry came due",
+    "expired_lease": "reclaimed from a worker that vanished",
+    "poll": "poll mode",
+    "unknown": "not recorded",
+}
+# The badge colour of each delivery status and attempt outcome.
+_TONE = {
+    "sent": "ok",
+    "verified": "ok",
+    "failed": "bad",
+    "permanent": "bad",
+    "transient": "warn",
+    "unknown": "warn",
+    "lease_expired": "warn",
+    "lease_lost": "warn",
+    "pending": "info",
+    "sending": "info",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who is looking: the key's name, whether it may change things (the admin scope), and
+    the CSRF token its forms carry ("" for a bearer key, which needs none)."""
+
+    name: str
+    admin: bool
+    csrf: str
+
+
+def _render(template: str, viewer: Viewer, current: str, **values: object) -> str:
+    return render(
+        template,
+        viewer=viewer,
+        current=current,
+        nav=NAV,
+        stylesheet=STYLESHEET,
+        csrf_field=CSRF_FIELD,
+        tones=_TONE,
+        **values,
+    )
+
+
+# -- queue health ---------------------------------------------------------------------------
+
+
+def queue_page(snapshot: QueueSnapshot, viewer: Viewer, now: datetime) -> str:
+    """The queue now (pending, sending, oldest pending, expired leases), deliveries finished
+    per minute over the last hour, and how claims found their rows."""
+    return _render(
+        "console/queue.html",
+        viewer,
+        "/console",
+        now=now,
+        tiles=_tiles(snapshot),
+        chart=_chart(snapshot.minutes),
+        shares=snapshot.shares(),
+        discovery=DISCOVERY,
+        outcomes=sorted(snapshot.outcomes.items(), key=lambda item: (-item[1], item[0])),
+    )
+
+
+def _rate(count: int, minutes: int) -> str:
+    """Deliveries a minute, with the precision the number needs (0.03, 2.5, 120)."""
+    rate = count / minutes
+    if not count:
+        return "none"
+    return f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Tile:
+    label: str
+    figure: str
+    note: str
+    tone: str = ""
+
+
+def _tiles(s: QueueSnapshot) -> list[_Tile]:
+    recent = s.minutes[-5:]
+    recent_sent = sum(m.sent for m in recent)
+    return [
+        _Tile("Pending", str(s.pending), f"{s.pending_due} due now"),
+        _Tile("Sending", str(s.sending), "held under a lease"),
+        _Tile(
+            "Oldest pending",
+            f"{s.oldest_pending_seconds:.1f} s",
+            "waiting past its due time",
+            " warn" if s.oldest_pending_seconds >= 60 else "",
+        ),
+        _Tile(
+            "Expired leases",
+            str(s.expired_leases),
+            "rows a vanished worker held",
+            " warn" if s.expired_leases else "",
+        ),
+        _Tile(
+            "Sent, last hour",
+            str(s.sent),
+            f"{_rate(s.sent, CHART_MINUTES)} a minute; "
+            f"{_rate(recent_sent, len(recent) or 1)} in the last {len(recent)} min",
+        ),
+        _Tile("Failed, last hour", str(s.failed), f"{_rate(s.failed, CHART_MINUTES)} a minute"),
+    ]
+
+
+def _chart(minutes: Sequence[Minute]) -> Markup:
+    sent = sum(m.sent for m in minutes)
+    failed = sum(m.failed for m in minutes)
+    busiest = max((m.sent + m.failed for m in minutes), default=0)
+    description = (
+        f"Over the last {len(minutes)} minutes: {sent} sent, {failed} failed; "
+        f"the busiest minute finished {busiest}."
+    )
+    bars = [
+        Bar(
+            f"{m.start.astimezone(UTC):%H:%M} UTC: {m.sent} sent, {m.failed} failed",
+            (m.sent, m.failed),
+        )
+        for m in minutes
+    ]
+    first = f"{minutes[0].start.astimezone(UTC):%H:%M}" if minutes else ""
+    middle = f"{minutes[len(minutes) // 2].start.astimezone(UTC):%H:%M}" if minutes else ""
+    return stacked_bars(
+        bars, (("sent", "Sent"), ("failed", "Failed")), description, (first, middle, "now (UTC)")
+    )
+
+
+# -- delivery search --------------------------------------------------------------------------
+
+
+def search_page(found: Search, viewer: Viewer) -> str:
+    """The search form and what it found: deliveries to a mailbox, newest first."""
+    return _render("console/search.html", viewer, "/console/deliveries", found=found)
+
+
+# -- one delivery -----------------------------------------------------------------------------
+
+
+def delivery_page(
+    d: Delivery,
+    viewer: Viewer,
+    trace_url: str | None,
+    notice: str | None = None,
+    problem: Markup | None = None,
+) -> str:
+    """One delivery: its state, its trace, Resend when it failed, and its attempts.
+    `problem`: why a resend was refused, as markup its maker built from escaped parts."""
+    return _render(
+        "console/delivery.html",
+        viewer,
+        "/console/deliveries",
+        d=d,
+        trace_url=trace_url,
+        notice=notice,
+        problem=problem,
+        server_reply=_reply,
+    )
+
+
+def _reply(code: int | None, detail: str | None) -> str:
+    """What the mail server said: its code, once (a stored reply usually starts with it)."""
+    if code is None or (detail or "").startswith(str(code)):
+        return detail or ""
+    return f"{code} {detail or ''}".strip()
+
+
+def missing_delivery_page(viewer: Viewer) -> str:
+    return _render("console/missing_delivery.html", viewer, "/console/deliveries")
+
+
+# -- suppressions -----------------------------------------------------------------------------
+
+
+def suppressions_page(
+    listed: Sequence[Suppression],
+    total: int,
+    viewer: Viewer,
+    checked: Search | None = None,
+    notice: str | None = None,
+) -> str:
+    """Suppressions in force (redacted), and a check of one address with Clear."""
+    return _render(
+        "console/suppressions.html",
+        viewer,
+        "/console/suppressions",
+        listed=listed,
+        total=total,
+        checked=checked,
+        notice=notice,
+        redact_email=redact_email,
+    )

@@ -1,0 +1,194 @@
+"""The public listener: only what an emailed link's token already authorizes.
+
+It listens on NOTIFIER_PUBLIC_HOST/PORT, the one port an operator exposes to the internet
+(behind a reverse proxy). It serves the page a link opens, its Confirm button, one fresh
+link for an expired one, the JSON confirm for apps, and the probes; every other path is 404.
+Whoever calls it is a stranger: an incoming trace context starts a new trace (linked, never
+continued), and nothing here reveals more than the token in hand does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Query
+from fastapi.responses import HTMLResponse
+
+from notifier.storage.outbox import confirm, request_verification
+from notifier.tokens import looks_like_token
+from notifier.verifications import Confirmation, RequestError, resend_key
+from notifier.web import pages
+from notifier.web.access import ScopedRoute, access
+from notifier.web.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
+from notifier.web.listeners import (
+    BODY_TIMEOUT_SECONDS,
+    DATABASE_TIMEOUT_SECONDS,
+    MAX_BODY_BYTES,
+    Services,
+    Svc,
+    errors,
+    html_pages,
+    json_errors,
+    listener_app,
+    probes,
+    require_json,
+)
+from notifier.web.responses import OrjsonResponse, html
+
+CONFIRM_MESSAGES = {
+    "verified": "The email address is verified.",
+    "already_verified": "The email address was already verified with this link.",
+    "expired": "The link has expired; request a new verification email.",
+    "invalid": "The link is not valid.",
+}
+CONFIRM_STATUS = {"verified": 200, "already_verified": 200, "expired": 410, "invalid": 400}
+_LINK_PAGES = html_pages(
+    {
+        400: "The link is not valid, or a newer link replaced it.",
+        410: "The link expired; the page offers a new one.",
+    }
+)
+# Posted by notifier's own pages; a link's query string is left unbounded so that an
+# over-long link still gets the "cannot be used" page rather than a JSON error.
+FormToken = Annotated[str, Form(max_length=TOKEN_MAX_CHARS)]
+
+
+def create_public_app(
+    services: Services,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    body_timeout: float = BODY_TIMEOUT_SECONDS,
+) -> FastAPI:
+    """The public ASGI app over shared `services` (whose pool the caller owns)."""
+    app = listener_app(
+        "notifier public pages",
+        services,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        # Nobody here proves who they are: a new trace for every request.
+        trust_incoming=None,
+    )
+    app.include_router(links)
+    app.include_router(probes)
+    return app
+
+
+links = APIRouter(route_class=ScopedRoute)
+
+
+@links.get(
+    "/verify",
+    response_class=HTMLResponse,
+    responses={**_LINK_PAGES, **json_errors(422, 503)},
+    summary="The page an emailed link opens",
+    **access("open"),
+)
+async def verify_page(svc: Svc, token: Annotated[str, Query()] = "") -> HTMLResponse:
+    # Changes nothing: mail scanners prefetch links.
+    result = await _confirm(svc, token, apply=False)
+    return _outcome_page(result.outcome, token, result.superseded)
+
+
+@links.post(
+    "/verify",
+    response_class=HTMLResponse,
+    responses={**_LINK_PAGES, **json_errors(413, 422, 503)},
+    summary="The Confirm button",
+    **access("open"),
+)
+async def verify_submit(svc: Svc, token: FormToken = "") -> HTMLResponse:
+    result = await _confirm(svc, token, apply=True)
+    return _outcome_page(result.outcome, token, result.superseded)
+
+
+@links.post(
+    "/verify/resend",
+    response_class=HTMLResponse,
+    responses={
+        **html_pages(
+            {
+                202: "A new link is on its way.",
+                410: "The link is too old to renew; start again from the app.",
+                429: "No new link can be sent now (the same answer for every reason).",
+            }
+        ),
+        **_LINK_PAGES,
+        **json_errors(413, 422, 503),
+    },
+    summary="Ask for a fresh link",
+    **access("open"),
+)
+async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
+    result = await _confirm(svc, token, apply=False)
+    if result.renewed_here:
+        # This link's fresh link went out already: pressing again sends nothing more.
+        return html(pages.resent_page(), 202)
+    if result.outcome != "expired":
+        # A live link, one already used, or one that cannot be used: the page it shows.
+        return _outcome_page(result.outcome, token, result.superseded)
+    if not result.renewable(svc.policy.resend_horizon):
+        return html(pages.too_old_page(), 410)
+    assert result.user_id is not None and result.email is not None
+    try:
+        async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+            await request_verification(
+                conn,
+                user_id=result.user_id,
+                email=result.email,
+                purpose=result.purpose,
+                idempotency_key=resend_key(token),
+                policy=svc.policy,
+                client_id=result.client_id,
+                locale=result.locale,
+            )
+    except RequestError:
+        # The same answer whatever the reason (throttled, suppressed, ...): whoever
+        # holds a link learns nothing about the address beyond it.
+        return html(pages.resend_refused_page(), 429)
+    return html(pages.resent_page(), 202)
+
+
+@links.post(
+    "/v1/verifications/confirm",
+    response_model=ConfirmOut,
+    responses={
+        410: {"model": ConfirmOut, "description": "The link expired."},
+        400: {"model": ConfirmOut, "description": "The link is not valid."},
+        **errors(413, 415, 422, 503),
+    },
+    dependencies=[Depends(require_json)],
+    summary="Confirm a verification token (for JSON clients)",
+    **access("open"),
+)
+async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
+    result = await _confirm(svc, body.token, apply=True)
+    outcome = result.outcome if result.outcome != "ready" else "invalid"
+    out = ConfirmOut(
+        outcome=outcome,
+        verification_id=result.verification_id if outcome != "invalid" else None,
+        superseded_by=result.superseded_by,
+        message=CONFIRM_MESSAGES[outcome],
+    )
+    return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
+
+
+async def _confirm(svc: Services, token: str, *, apply: bool) -> Confirmation:
+    """`confirm`, taking a database connection only for a token that could be one of ours:
+    anyone can send garbage to these pages, and garbage must cost no connection."""
+    if not looks_like_token(token) or not svc.policy.keys.knows(token):
+        return Confirmation("invalid")
+    async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+        return await confirm(conn, token, apply=apply, keys=svc.policy.keys)
+
+
+def _outcome_page(outcome: str, token: str, superseded: bool) -> HTMLResponse:
+    if outcome == "ready":
+        # A live link: nothing happens until its Confirm button is pressed.
+        return html(pages.confirm_page(token))
+    if outcome == "verified":
+        return html(pages.verified_page())
+    if outcome == "already_verified":
+        return html(pages.already_verified_page())
+    if outcome == "expired":
+        return html(pages.expired_page(token), 410)
+    return html(pages.invalid_page(superseded), 400)
