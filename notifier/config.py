@@ -243,9 +243,10 @@ class WorkerSettings(Group):
         "NOTIFIER_DOMAIN_CONCURRENCY",
         parse.integer(1, 1024),
         None,
-        "Sends in flight to one recipient domain per worker process; its other rows wait in "
-        "the database, holding no slot, so one slow domain cannot hold every send slot.",
-        default_text="half of NOTIFIER_CONCURRENCY, rounded up",
+        "The most sends in flight to one recipient domain per worker process. A domain starts "
+        "with two and gains one per quick send, halves after a slow one; its other rows wait "
+        "holding no slot, so no slow domain holds every send slot.",
+        default_text="three quarters of NOTIFIER_CONCURRENCY, at least 1",
     )
     batch_size: int = setting(
         "NOTIFIER_BATCH_SIZE",
@@ -320,10 +321,11 @@ class WorkerSettings(Group):
 
     @property
     def per_domain(self) -> int:
-        """The sends in flight one recipient domain may hold (see domain_concurrency)."""
+        """The most sends in flight one recipient domain may hold (see domain_concurrency):
+        a quarter of the slots stay for other domains unless told otherwise."""
         if self.domain_concurrency is not None:
             return self.domain_concurrency
-        return (self.concurrency + 1) // 2
+        return max(1, self.concurrency - max(1, self.concurrency // 4))
 
     def check(self) -> None:
         """Cross-field rules that single values cannot express."""

@@ -331,15 +331,19 @@ class Confirmation:
     client_valid: bool = True
     # What replaced it is the fresh link this very link asked for.
     renewed_here: bool = False
+    # No later verification was asked for its user and purpose (to any address).
+    newest_for_user: bool = True
 
     def renewable(self, horizon: float) -> bool:
         """Whether its page may send one fresh link: only an expired link, never replaced
-        (a link renews once, for good, and a replaced link is no longer the user's), of a
-        user not verified yet, whose client's key is still valid, that expired less than
-        `horizon` seconds ago, with its address still there."""
+        (a link renews once, for good, and a replaced link is no longer the user's), the
+        newest asked for its user (who may have moved on to another address), of a user not
+        verified yet, whose client's key is still valid, that expired less than `horizon`
+        seconds ago, with its address still there."""
         return (
             self.outcome == "expired"
             and not self.superseded
+            and self.newest_for_user
             and not self.user_verified
             and self.client_valid
             and not self.scrubbed

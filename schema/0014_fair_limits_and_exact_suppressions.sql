@@ -7,7 +7,8 @@
 -- 2. Two clients requesting the same user id superseded each other's links and shared one
 --    per-user limit. Supersession and the per-user limit are now per client; the mailbox
 --    limit still counts every client (it protects the person who owns the mailbox).
--- 3. A resent verification did not say what replaced it: superseded_by names it.
+-- 3. A resent verification did not say what replaced it: superseded_by names it. An old
+--    link renews only while nothing newer was asked for its user (confirm_v1).
 -- 4. Two confirms of one link at once: the one that waited on the other's row lock found
 --    nothing to update, then read the row from its statement's old snapshot and answered
 --    "not valid". confirm_v1 reads the row again in a statement of its own (a new snapshot)
@@ -26,6 +27,21 @@ SET mailbox = replace(split_part(mailbox, '@', 1), '.', '') || '@gmail.com'
 WHERE split_part(mailbox, '@', 2) IN ('gmail.com', 'googlemail.com')
   AND scrubbed_at IS NULL
   AND created_at > now() - interval '30 days';
+
+-- Suppressions stored before this release are keyed by the canonical mailbox. Those that
+-- name the delivery they came from are keyed again by the address it was sent to, so the
+-- refusal of `alice+x@` stops refusing `alice@` (ASCII addresses only: an internationalised
+-- domain's key needs IDNA, which SQL lacks; such rows keep their key until they expire).
+DELETE FROM notifier.suppressed_addresses s
+USING notifier.email_outbox o, notifier.verifications v
+WHERE s.outbox_id = o.id AND v.id = o.verification_id AND v.scrubbed_at IS NULL
+  AND v.email ~ '^[ -~]+$' AND s.email <> lower(v.email)
+  AND EXISTS (SELECT 1 FROM notifier.suppressed_addresses t WHERE t.email = lower(v.email));
+UPDATE notifier.suppressed_addresses s SET email = lower(v.email)
+FROM notifier.email_outbox o
+JOIN notifier.verifications v ON v.id = o.verification_id
+WHERE s.outbox_id = o.id AND v.scrubbed_at IS NULL
+  AND v.email ~ '^[ -~]+$' AND s.email <> lower(v.email);
 
 -- Cleanup scrubs the reason of a suppression with the delivery that caused it.
 CREATE INDEX suppressed_addresses_outbox_idx
@@ -239,7 +255,7 @@ RETURNS TABLE (
     id uuid, token_hash bytea, user_id text, email text, purpose text, client_id text,
     scrubbed_at timestamptz, locale text, verified_at timestamptz, superseded_at timestamptz,
     superseded_by uuid, successor_key text, expires_at timestamptz, expired boolean,
-    confirmed_now boolean, user_verified boolean, client_valid boolean
+    confirmed_now boolean, user_verified boolean, client_valid boolean, newest_for_user boolean
 )
 LANGUAGE plpgsql
 AS $$
@@ -264,7 +280,13 @@ BEGIN
                      AND coalesce(w.client_id, '') = coalesce(v.client_id, '')
                      AND w.verified_at IS NOT NULL),
            v.client_id IS NULL OR EXISTS (SELECT 1 FROM notifier.api_keys k
-                                          WHERE k.id = v.client_id AND k.revoked_at IS NULL)
+                                          WHERE k.id = v.client_id AND k.revoked_at IS NULL),
+           -- Whether a later request for this client's user and purpose exists, to any
+           -- address: a user who moved on to another address renews no old one.
+           NOT EXISTS (SELECT 1 FROM notifier.verifications w
+                       WHERE w.user_id = v.user_id AND w.purpose = v.purpose
+                         AND coalesce(w.client_id, '') = coalesce(v.client_id, '')
+                         AND w.created_at > v.created_at)
     FROM notifier.verifications v
     WHERE v.token_hash = p_token_hash;
 END;

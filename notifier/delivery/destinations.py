@@ -2,77 +2,173 @@
 
 A slow or tarpitting destination (a server that stalls at RCPT, or a relay that checks
 recipients against DNS an attacker runs) keeps each of its sends in flight for up to the
-command timeout. Each domain gets at most `per_domain` sends in flight in one worker; a row
-beyond that waits here for one of its domain's sends to end, holding no send slot (its lease
-is still renewed), and is handed that send's place the moment it ends, so a burst to one busy
-but fast domain costs no latency. Past `max_waiting` rows waiting for one domain, a row is
-not taken at all: the worker hands it back to the database for a while.
+command timeout. So each domain gets a number of places, its sends in flight in one worker,
+that starts at one and grows as its sends end quickly, as Postfix's destination concurrency
+does: one more place for each quick send, half as many after a slow one (at least one, at
+most `most`, which leaves a quarter of the slots to other domains by default). A tarpit
+holds one slot; a busy, quick domain soon gets most of them. Its state is kept while the
+domain has sends or rows waiting, and for RECALL_SECONDS after, so a slow domain is still
+held to little when its rows come back for their retry.
+
+A row beyond its domain's places waits here for one of them, holding no send slot (its
+lease is still renewed): it takes a ticket when it is sorted (so no place can end unseen
+between the decision and the wait) and is handed the place of the next of its domain's
+sends to end. Past `max_waiting` rows waiting for one domain, a row is not taken at all:
+the worker hands it back to the database for `defer_delay(domain)` seconds, which doubles
+each time while the domain stays crowded.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import anyio
 
+# A send that took longer than this (seconds) is slow: its domain loses half its places.
+SLOW_SEND_SECONDS = 2.0
+# How long a domain's places are remembered once nothing of it is in flight or waiting.
+RECALL_SECONDS = 600.0
+# Most domains remembered at once (the least recently used are forgotten first).
+MAX_DOMAINS = 10_000
+# A crowded domain's rows go back to the database for this long, doubling while it stays
+# crowded, up to DEFER_MAX_SECONDS.
+DEFER_BASE_SECONDS = 1.0
+DEFER_MAX_SECONDS = 60.0
+
 
 @dataclass(slots=True)
 class _Domain:
+    places: int
     active: int = 0
     waiting: deque[anyio.Event] = field(default_factory=deque)
+    deferrals: int = 0
+    idle_since: float = 0.0
+
+
+class Ticket:
+    """A row's turn for a place of its domain, taken when the row is sorted."""
+
+    def __init__(self, places: DomainPlaces, domain: str, handed: anyio.Event) -> None:
+        self._places = places
+        self._domain = domain
+        self._handed = handed
+
+    async def wait(self) -> None:
+        """Until a send of the domain ends and hands its place over (then `leave` it)."""
+        try:
+            await self._handed.wait()
+        except BaseException:
+            self.give_up()
+            raise
+
+    def give_up(self) -> None:
+        """Never to be used: the turn goes, or a place already handed is passed on."""
+        if self._handed.is_set():
+            self._places.leave(self._domain)
+        else:
+            self._places._withdraw(self._domain, self._handed)
 
 
 class DomainPlaces:
-    """The places of every domain with sends in flight or waiting; forgets idle domains."""
+    """The places of every domain with sends in flight, rows waiting, or a recent past."""
 
-    def __init__(self, per_domain: int, max_waiting: int) -> None:
-        self.per_domain = per_domain
+    def __init__(self, most: int, max_waiting: int, first: int = 1) -> None:
+        self.most = most
+        self.first = min(first, most)
         self.max_waiting = max_waiting
-        self._domains: dict[str, _Domain] = {}
+        self._domains: OrderedDict[str, _Domain] = OrderedDict()
 
     def take(self, domain: str) -> bool:
         """A place for `domain` now, if one is free (then `leave` it when the send ends)."""
-        entry = self._domains.setdefault(domain, _Domain())
-        if entry.active >= self.per_domain:
+        entry = self._entry(domain)
+        if entry.active >= entry.places or entry.waiting:
             return False
         entry.active += 1
+        entry.deferrals = 0
         return True
 
-    def may_wait(self, domain: str) -> bool:
-        """Whether one more row may wait here for `domain` (else it goes back for a while)."""
-        entry = self._domains.get(domain)
-        return entry is None or len(entry.waiting) < self.max_waiting
-
-    async def wait(self, domain: str) -> None:
-        """Until a send of `domain` ends and hands its place over (then `leave` it)."""
-        entry = self._domains.setdefault(domain, _Domain())
+    def ticket(self, domain: str) -> Ticket | None:
+        """A turn to wait for a place of `domain` (already held in line), or None when as
+        many rows wait for it as may: then it goes back to the database for a while."""
+        entry = self._entry(domain)
+        if len(entry.waiting) >= self.max_waiting:
+            return None
         handed = anyio.Event()
         entry.waiting.append(handed)
-        try:
-            await handed.wait()
-        except BaseException:
-            if handed.is_set():
-                # Handed over in the same moment as the cancellation: pass it on.
-                self.leave(domain)
+        return Ticket(self, domain, handed)
+
+    def ended(self, domain: str, seconds: float | None) -> None:
+        """A send of `domain` that held a place ended after `seconds` of SMTP (None: it
+        never reached the server): its places grow or shrink, and its place is passed on."""
+        entry = self._domains[domain]
+        if seconds is not None:
+            if seconds < SLOW_SEND_SECONDS:
+                entry.places = min(entry.places + 1, self.most)
             else:
-                entry.waiting.remove(handed)
-                self._forget_if_idle(domain, entry)
-            raise
+                entry.places = max(entry.places // 2, 1)
+        self.leave(domain)
+        # A place gained goes to a row waiting at once, not at the next send's end.
+        while entry.waiting and entry.active < entry.places:
+            entry.active += 1
+            entry.waiting.popleft().set()
 
     def leave(self, domain: str) -> None:
-        """A send of `domain` ended: its place goes to the first row waiting, or is freed."""
+        """A place of `domain` is free: to the first row waiting, unless the domain now has
+        fewer places than sends in flight."""
         entry = self._domains[domain]
-        if entry.waiting:
+        if entry.waiting and entry.active <= entry.places:
             entry.waiting.popleft().set()
             return
         entry.active -= 1
-        self._forget_if_idle(domain, entry)
+        self._note_idle(entry)
+
+    def defer_delay(self, domain: str) -> float:
+        """How long a row of this crowded domain goes back to the database for."""
+        entry = self._entry(domain)
+        delay = min(DEFER_BASE_SECONDS * 2.0**entry.deferrals, DEFER_MAX_SECONDS)
+        entry.deferrals += 1
+        return delay
 
     def in_flight(self, domain: str) -> int:
         entry = self._domains.get(domain)
         return 0 if entry is None else entry.active
 
-    def _forget_if_idle(self, domain: str, entry: _Domain) -> None:
+    def places(self, domain: str) -> int:
+        entry = self._domains.get(domain)
+        return self.first if entry is None else entry.places
+
+    def _withdraw(self, domain: str, handed: anyio.Event) -> None:
+        entry = self._domains[domain]
+        entry.waiting.remove(handed)
+        self._note_idle(entry)
+
+    def _entry(self, domain: str) -> _Domain:
+        entry = self._domains.get(domain)
+        now = time.monotonic()
+        if entry is not None and self._forgettable(entry, now):
+            entry = None
+        if entry is None:
+            self._forget_old(now)
+            entry = self._domains[domain] = _Domain(self.first, idle_since=now)
+        self._domains.move_to_end(domain)
+        return entry
+
+    def _note_idle(self, entry: _Domain) -> None:
         if entry.active == 0 and not entry.waiting:
-            del self._domains[domain]
+            entry.idle_since = time.monotonic()
+
+    def _forgettable(self, entry: _Domain, now: float) -> bool:
+        idle = entry.active == 0 and not entry.waiting
+        return idle and now - entry.idle_since >= RECALL_SECONDS
+
+    def _forget_old(self, now: float) -> None:
+        """Forget the least recently used domains past MAX_DOMAINS, and any long idle."""
+        for domain in list(self._domains):
+            entry = self._domains[domain]
+            busy = entry.active or entry.waiting
+            if len(self._domains) <= MAX_DOMAINS and not self._forgettable(entry, now):
+                break
+            if not busy:
+                del self._domains[domain]

@@ -8,6 +8,7 @@ that renews leases of sends still in flight.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -25,7 +26,7 @@ from notifier import events
 from notifier.addresses import envelope_recipient, folded, spellings
 from notifier.config import WorkerSettings
 from notifier.delivery.batching import Batcher
-from notifier.delivery.destinations import DomainPlaces
+from notifier.delivery.destinations import DomainPlaces, Ticket
 from notifier.delivery.intake import Intake
 from notifier.delivery.leases import Claimed, Completed, Completion, Held, Leases
 from notifier.delivery.listener import Listener
@@ -64,10 +65,6 @@ SWEEP_JITTER = 0.1
 RENEW_AFTER_FRACTION = 1 / 3
 # The name every send task carries.
 SEND_TASK_NAME = "notifier.delivery.worker.deliver"
-# A row of a domain with as many rows already waiting for its places as may wait
-# (destinations.DomainPlaces) goes back to the database for this long (seconds, jittered by
-# a fifth), then this worker claims it again.
-DOMAIN_DEFER_SECONDS = 1.0
 
 
 def _domain_of(row: Claimed) -> str:
@@ -289,18 +286,17 @@ class Worker:
             to_send, crowded = self._sorted(rows)
             if self._stopping:
                 # Answered after shutdown began: what the claim leased goes back unsent.
-                for row, _, placed in to_send:
-                    if placed:
+                for row, _, ticket in to_send:
+                    if ticket is None:
                         self._places.leave(_domain_of(row))
-                crowded += [Held(r.id, r.lease_token) for r, _, _ in to_send if r.lease_token]
-                await self._release_held(crowded)
+                    else:
+                        ticket.give_up()
+                held = [Held(r.id, r.lease_token) for r, _, _ in to_send if r.lease_token]
+                await self._release_held(held + [h for h, _ in crowded])
                 to_send, crowded = [], []
             self._give_slots(free - self._launch(to_send))
             if crowded:
                 await self._defer(crowded)
-                # What is due now is this busy domain's: claiming again at once would only
-                # hand it back again. Other domains' rows wait at most this long.
-                await anyio.sleep(DOMAIN_DEFER_SECONDS)
 
     async def _take_slots(self) -> int:
         """Send slots for one claim: an idle worker takes one row at once; rows that piled
@@ -323,32 +319,34 @@ class Worker:
 
     def _sorted(
         self, rows: list[tuple[Claimed, _Claim]]
-    ) -> tuple[list[tuple[Claimed, _Claim, bool]], list[Held]]:
-        """What to send (with whether it took its domain's place and a slot now, or waits
-        for a place without a slot), and what its crowded domain cannot take at all."""
-        to_send: list[tuple[Claimed, _Claim, bool]] = []
-        crowded: list[Held] = []
+    ) -> tuple[list[tuple[Claimed, _Claim, Ticket | None]], list[tuple[Held, float]]]:
+        """What to send: with its domain's place and a slot taken now (no ticket), or with a
+        ticket to wait for a place without a slot; and what its crowded domain cannot take
+        at all, with how long it goes back to the database for."""
+        to_send: list[tuple[Claimed, _Claim, Ticket | None]] = []
+        crowded: list[tuple[Held, float]] = []
         for row, claim in rows:
             domain = _domain_of(row)
             if row.fate != "send":
                 self.observer.notice(events.Settled(row.id, row.fate))
             elif self._places.take(domain):
-                to_send.append((row, claim, True))
-            elif self._places.may_wait(domain):
-                # Its domain holds its share of the slots: it waits for one of that domain's
-                # places without a slot, so other domains' mail goes on.
-                to_send.append((row, claim, False))
+                to_send.append((row, claim, None))
+            elif (ticket := self._places.ticket(domain)) is not None:
+                # Its domain has no place free: it waits for one without a slot, in line
+                # from now, so other domains' mail goes on.
+                to_send.append((row, claim, ticket))
             elif row.lease_token is not None:
-                crowded.append(Held(row.id, row.lease_token))
+                delay = self._places.defer_delay(domain) * random.uniform(0.8, 1.2)
+                crowded.append((Held(row.id, row.lease_token), delay))
         return to_send, crowded
 
-    def _launch(self, to_send: list[tuple[Claimed, _Claim, bool]]) -> int:
+    def _launch(self, to_send: list[tuple[Claimed, _Claim, Ticket | None]]) -> int:
         """Start a send task for each row; how many of them took a slot."""
         assert self._sends is not None
-        for row, claim, placed in to_send:
+        for row, claim, ticket in to_send:
             # Named: anyio would otherwise derive a name from the function each time.
-            self._sends.start_soon(self._deliver, row, claim, placed, name=SEND_TASK_NAME)
-        return sum(placed for _, _, placed in to_send)
+            self._sends.start_soon(self._deliver, row, claim, ticket, name=SEND_TASK_NAME)
+        return sum(ticket is None for _, _, ticket in to_send)
 
     async def _claim(self, limit: int) -> list[tuple[Claimed, _Claim]]:
         """Claim up to `limit` rows: notified (or timer-offered) ids first, else a sweep."""
@@ -402,19 +400,22 @@ class Worker:
         )
         return [(row, _Claim(claim, sent_at)) for row in rows]
 
-    async def _defer(self, crowded: list[Held]) -> None:
+    async def _defer(self, crowded: list[tuple[Held, float]]) -> None:
         """Hand rows of a domain with as many rows waiting as may wait back uncounted,
-        holding neither a slot nor a lease while that domain is busy, and claim them again
-        after DOMAIN_DEFER_SECONDS."""
-        delay = DOMAIN_DEFER_SECONDS * random.uniform(0.8, 1.2)
-        answer = await _persisted(lambda: self.leases.defer(crowded, delay))
-        if isinstance(answer, Exception):
-            log.warning("could not hand back deliveries to a busy domain (%s)", answer)
-            return
-        for held in crowded:
-            if held.id in answer:
-                self.intake.offer_later(held.id, delay)
-                self.observer.notice(events.Deferred(held.id, delay))
+        holding neither a slot nor a lease while that domain is busy, each due again after
+        its domain's delay (growing while the domain stays crowded), and claim them then."""
+        by_delay: dict[float, list[Held]] = {}
+        for held, delay in crowded:
+            by_delay.setdefault(round(delay, 1), []).append(held)
+        for delay, batch in by_delay.items():
+            answer = await _persisted(functools.partial(self.leases.defer, batch, delay))
+            if isinstance(answer, Exception):
+                log.warning("could not hand back deliveries to a busy domain (%s)", answer)
+                continue
+            for held in batch:
+                if held.id in answer:
+                    self.intake.offer_later(held.id, delay)
+                    self.observer.notice(events.Deferred(held.id, delay))
 
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
         self.observer.notice(
@@ -423,24 +424,26 @@ class Worker:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def _deliver(self, row: Claimed, claim: _Claim, placed: bool) -> None:
-        """Send `row`: with its domain place and a send slot already taken (`placed`), or
-        after waiting for a place of its domain and then for a slot."""
+    async def _deliver(self, row: Claimed, claim: _Claim, ticket: Ticket | None) -> None:
+        """Send `row`: with its domain's place and a send slot already taken (no ticket),
+        or after waiting with `ticket` for a place of its domain and then for a slot."""
         assert row.lease_token is not None and self._slots is not None
         link_left = (row.expires_at - (row.claimed_at or row.expires_at)).total_seconds()
         flight = Flight(row, row.lease_token, claim.sent_at, link_left, claim.sent_at)
         self._flights[row.id] = flight
         domain = _domain_of(row)
+        placed = holds_slot = ticket is None
+        smtp_seconds: float | None = None
         with process_span(row, claim.trace, self.owner, self._traced) as span:
-            holds_slot = placed
             try:
-                if not placed:
+                if ticket is not None:
                     # The lease keeper renews this lease meanwhile (it is in _flights).
-                    await self._places.wait(domain)
+                    await ticket.wait()
                     placed = True
                     await self._slots.acquire()
                     holds_slot = True
                 completion = await self._attempt(flight)
+                smtp_seconds = completion.smtp_seconds
             except anyio.get_cancelled_exc_class():
                 # Shutdown cancelled the attempt before any body went out: hand the row back.
                 if not flight.body_sent and not flight.lost:
@@ -449,7 +452,7 @@ class Worker:
             finally:
                 del self._flights[row.id]
                 if placed:
-                    self._places.leave(domain)
+                    self._places.ended(domain, smtp_seconds)
                 if holds_slot:
                     self._slots.release()
             if span is not None:

@@ -164,6 +164,7 @@ async def confirm(conn: Runner, token: str, *, apply: bool, keys: TokenKeys) -> 
         "scrubbed": row["scrubbed_at"] is not None,
         "user_verified": row["user_verified"],
         "client_valid": row["client_valid"],
+        "newest_for_user": row["newest_for_user"],
     }
     if row["confirmed_now"]:
         return Confirmation("verified", row["id"], **recipient)

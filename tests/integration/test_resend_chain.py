@@ -134,6 +134,20 @@ async def test_an_expired_link_of_a_user_verified_since_sends_nothing(
     assert await verifications(db) == 2
 
 
+async def test_an_old_addresss_expired_link_does_not_renew_once_the_user_moved_on(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    # Ada typed old@, then corrected it to new@ (still unconfirmed); old@'s link expired.
+    old = await enqueue(db, keys, "ada@old.example", user_id="ada")
+    await enqueue(db, keys, "ada@new.example", user_id="ada")
+    await expire_verification(db, old.outbox_id)
+    page = await apps.public.post(
+        "/verify/resend", data={"token": await link_token(db, keys, old.id)}
+    )
+    assert page.status_code == 410 and "data-outcome=too_old" in page.text
+    assert await verifications(db) == 2
+
+
 async def test_an_expired_link_renews_once_for_good_not_once_per_idempotency_window(
     apps: Clients, db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
