@@ -4,8 +4,9 @@ A slow or tarpitting destination (a server that stalls at RCPT, or a relay that 
 recipients against DNS an attacker runs) keeps each of its sends in flight for up to the
 command timeout. So each domain gets a number of places, its sends in flight in one worker,
 that starts at one and grows as its sends end quickly, as Postfix's destination concurrency
-does: one more place for each quick send, half as many after a slow one (at least one, at
-most `most`, which leaves a quarter of the slots to other domains by default). A tarpit
+and TCP's slow start do: half as many again for each quick send (at least one more), half as
+many after a slow one (at least one, at most `most`, which leaves a quarter of the slots to
+other domains by default). A tarpit
 holds one slot; a busy, quick domain soon gets most of them. Its state is kept while the
 domain has sends or rows waiting, and for RECALL_SECONDS after, so a slow domain is still
 held to little when its rows come back for their retry.
@@ -13,9 +14,10 @@ held to little when its rows come back for their retry.
 A row beyond its domain's places waits here for one of them, holding no send slot (its
 lease is still renewed): it takes a ticket when it is sorted (so no place can end unseen
 between the decision and the wait) and is handed the place of the next of its domain's
-sends to end. Past `max_waiting` rows waiting for one domain, a row is not taken at all:
-the worker hands it back to the database for `defer_delay(domain)` seconds, which doubles
-each time while the domain stays crowded.
+sends to end. Past `max_waiting` rows waiting for one domain (`slow_waiting` once the
+domain has been slow, and a slow send sends the rest away), a row is not taken at all: the
+worker hands it back to the database for `defer_delay(domain)` seconds, which doubles each
+time while the domain stays slow.
 """
 
 from __future__ import annotations
@@ -39,45 +41,65 @@ DEFER_MAX_SECONDS = 60.0
 
 
 @dataclass(slots=True)
+class _Turn:
+    """One row's place in line: set when handed a place, or when sent away (`evicted`)."""
+
+    event: anyio.Event = field(default_factory=anyio.Event)
+    evicted: bool = False
+
+
+@dataclass(slots=True)
 class _Domain:
     places: int
     active: int = 0
-    waiting: deque[anyio.Event] = field(default_factory=deque)
+    waiting: deque[_Turn] = field(default_factory=deque)
     deferrals: int = 0
     idle_since: float = 0.0
+    # A send of it was slow while it was remembered: few of its rows may wait.
+    slow: bool = False
 
 
 class Ticket:
     """A row's turn for a place of its domain, taken when the row is sorted."""
 
-    def __init__(self, places: DomainPlaces, domain: str, handed: anyio.Event) -> None:
+    def __init__(self, places: DomainPlaces, domain: str, turn: _Turn) -> None:
         self._places = places
         self._domain = domain
-        self._handed = handed
+        self._turn = turn
 
-    async def wait(self) -> None:
-        """Until a send of the domain ends and hands its place over (then `leave` it)."""
+    async def wait(self) -> bool:
+        """Until a send of the domain ends and hands its place over (True: then `leave` it),
+        or the domain turned slow and this row is one too many to wait (False: it goes back
+        to the database)."""
         try:
-            await self._handed.wait()
+            await self._turn.event.wait()
         except BaseException:
             self.give_up()
             raise
+        return not self._turn.evicted
 
     def give_up(self) -> None:
         """Never to be used: the turn goes, or a place already handed is passed on."""
-        if self._handed.is_set():
+        if self._turn.evicted:
+            return
+        if self._turn.event.is_set():
             self._places.leave(self._domain)
         else:
-            self._places._withdraw(self._domain, self._handed)
+            self._places._withdraw(self._domain, self._turn)
 
 
 class DomainPlaces:
-    """The places of every domain with sends in flight, rows waiting, or a recent past."""
+    """The places of every domain with sends in flight, rows waiting, or a recent past.
 
-    def __init__(self, most: int, max_waiting: int, first: int = 1) -> None:
+    `max_waiting` rows may wait for a domain, `slow_waiting` for one that has been slow."""
+
+    def __init__(
+        self, most: int, max_waiting: int, first: int = 1, slow_waiting: int | None = None
+    ) -> None:
         self.most = most
         self.first = min(first, most)
         self.max_waiting = max_waiting
+        self.slow_waiting = max(1, max_waiting // 8) if slow_waiting is None else slow_waiting
         self._domains: OrderedDict[str, _Domain] = OrderedDict()
 
     def take(self, domain: str) -> bool:
@@ -93,33 +115,40 @@ class DomainPlaces:
         """A turn to wait for a place of `domain` (already held in line), or None when as
         many rows wait for it as may: then it goes back to the database for a while."""
         entry = self._entry(domain)
-        if len(entry.waiting) >= self.max_waiting:
+        if len(entry.waiting) >= (self.slow_waiting if entry.slow else self.max_waiting):
             return None
-        handed = anyio.Event()
-        entry.waiting.append(handed)
-        return Ticket(self, domain, handed)
+        turn = _Turn()
+        entry.waiting.append(turn)
+        return Ticket(self, domain, turn)
 
     def ended(self, domain: str, seconds: float | None) -> None:
         """A send of `domain` that held a place ended after `seconds` of SMTP (None: it
-        never reached the server): its places grow or shrink, and its place is passed on."""
+        never reached the server): its places grow or shrink, and its place is passed on.
+        A slow send also sends away the rows waiting beyond what a slow domain may keep."""
         entry = self._domains[domain]
         if seconds is not None:
             if seconds < SLOW_SEND_SECONDS:
-                entry.places = min(entry.places + 1, self.most)
+                entry.places = min(entry.places + max(1, entry.places // 2), self.most)
+                entry.deferrals = 0  # busy, not slow: its rows come back at once
             else:
                 entry.places = max(entry.places // 2, 1)
+                entry.slow = True
+                while len(entry.waiting) > self.slow_waiting:
+                    turn = entry.waiting.pop()  # the newest go
+                    turn.evicted = True
+                    turn.event.set()
         self.leave(domain)
         # A place gained goes to a row waiting at once, not at the next send's end.
         while entry.waiting and entry.active < entry.places:
             entry.active += 1
-            entry.waiting.popleft().set()
+            entry.waiting.popleft().event.set()
 
     def leave(self, domain: str) -> None:
         """A place of `domain` is free: to the first row waiting, unless the domain now has
         fewer places than sends in flight."""
         entry = self._domains[domain]
         if entry.waiting and entry.active <= entry.places:
-            entry.waiting.popleft().set()
+            entry.waiting.popleft().event.set()
             return
         entry.active -= 1
         self._note_idle(entry)
@@ -139,9 +168,9 @@ class DomainPlaces:
         entry = self._domains.get(domain)
         return self.first if entry is None else entry.places
 
-    def _withdraw(self, domain: str, handed: anyio.Event) -> None:
+    def _withdraw(self, domain: str, turn: _Turn) -> None:
         entry = self._domains[domain]
-        entry.waiting.remove(handed)
+        entry.waiting.remove(turn)
         self._note_idle(entry)
 
     def _entry(self, domain: str) -> _Domain:

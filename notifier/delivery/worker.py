@@ -172,7 +172,17 @@ class Worker:
         # the attempt may have sent.
         self._unrecorded: set[int] = set()
         # No recipient domain may hold more than settings.per_domain send slots (invariant 15).
-        self._places = DomainPlaces(settings.per_domain, max_waiting=settings.batch_size)
+        # The claimer holds at most this many rows (sending, or waiting for a place of their
+        # domain): a batch's worth beyond what one domain may send. Any quick domain may
+        # fill it, so one still growing its places (every row claimed is for it, at first)
+        # never overflows into the database; one that has been slow keeps an eighth of the
+        # room waiting, and the rest go back for a while.
+        room = max(settings.concurrency, settings.batch_size)
+        self._held_limit = settings.per_domain + room
+        self._places = DomainPlaces(
+            settings.per_domain, max_waiting=self._held_limit, slow_waiting=max(1, room // 8)
+        )
+        self._flight_ended: anyio.Event | None = None
         self._stopping = False
 
     @property
@@ -269,7 +279,13 @@ class Worker:
     async def _claim_loop(self) -> None:
         while True:
             await self.intake.wait()
+            await self._room_to_hold()
             free = await self._take_slots()
+            # Never more rows held (sending or waiting for a place) than the limit.
+            surplus = free - max(self._held_limit - len(self._flights), 1)
+            if surplus > 0:
+                self._give_slots(surplus)
+                free -= surplus
             if self._stopping:
                 # A slot granted in the same tick as stop(): the acquire was not cancelled.
                 self._give_slots(free)
@@ -298,6 +314,12 @@ class Worker:
             if crowded:
                 await self._defer(crowded)
 
+    async def _room_to_hold(self) -> None:
+        """Until this worker holds fewer rows than it may (a send ends, or a wait)."""
+        while len(self._flights) >= self._held_limit:
+            self._flight_ended = anyio.Event()
+            await self._flight_ended.wait()
+
     async def _take_slots(self) -> int:
         """Send slots for one claim: an idle worker takes one row at once; rows that piled
         up while every slot was busy go together, up to the batch size."""
@@ -325,6 +347,7 @@ class Worker:
         at all, with how long it goes back to the database for."""
         to_send: list[tuple[Claimed, _Claim, Ticket | None]] = []
         crowded: list[tuple[Held, float]] = []
+        crowded_by_domain: dict[str, list[Held]] = {}
         for row, claim in rows:
             domain = _domain_of(row)
             if row.fate != "send":
@@ -336,8 +359,11 @@ class Worker:
                 # from now, so other domains' mail goes on.
                 to_send.append((row, claim, ticket))
             elif row.lease_token is not None:
-                delay = self._places.defer_delay(domain) * random.uniform(0.8, 1.2)
-                crowded.append((Held(row.id, row.lease_token), delay))
+                crowded_by_domain.setdefault(domain, []).append(Held(row.id, row.lease_token))
+        for domain, held in crowded_by_domain.items():
+            # One longer wait per claim that found the domain crowded, not one per row.
+            delay = self._places.defer_delay(domain) * random.uniform(0.8, 1.2)
+            crowded += [(h, delay) for h in held]
         return to_send, crowded
 
     def _launch(self, to_send: list[tuple[Claimed, _Claim, Ticket | None]]) -> int:
@@ -438,7 +464,12 @@ class Worker:
             try:
                 if ticket is not None:
                     # The lease keeper renews this lease meanwhile (it is in _flights).
-                    await ticket.wait()
+                    if not await ticket.wait():
+                        # Its domain turned slow and keeps fewer rows waiting: this one goes
+                        # back to the database for a while, holding nothing here.
+                        delay = self._places.defer_delay(domain) * random.uniform(0.8, 1.2)
+                        await self._defer([(Held(row.id, flight.token), delay)])
+                        return
                     placed = True
                     await self._slots.acquire()
                     holds_slot = True
@@ -451,6 +482,8 @@ class Worker:
                 raise
             finally:
                 del self._flights[row.id]
+                if self._flight_ended is not None:
+                    self._flight_ended.set()
                 if placed:
                     self._places.ended(domain, smtp_seconds)
                 if holds_slot:

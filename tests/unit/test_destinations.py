@@ -1,6 +1,6 @@
-"""Places per recipient domain: a domain starts with one, gains them by quick sends and loses
-them by slow ones, never holds more than its most; waiting rows are handed places in order;
-no place is ever lost, whatever ends when."""
+"""Places per recipient domain: a domain starts with one, gains half as many again by each
+quick send and loses half by each slow one, never holds more than its most; waiting rows
+are handed places in order; no place is ever lost, whatever ends when."""
 
 from __future__ import annotations
 
@@ -35,16 +35,26 @@ async def test_a_place_a_quick_send_gains_goes_to_a_row_waiting_at_once() -> Non
     tickets = [places.ticket("d.example") for _ in range(2)]
     places.ended("d.example", QUICK)  # one place passed on, one gained
     assert places.in_flight("d.example") == 2
-    assert all(t is not None and t._handed.is_set() for t in tickets)
+    assert all(t is not None and t._turn.event.is_set() for t in tickets)
 
 
-async def test_each_quick_send_gives_its_domain_one_more_place_up_to_the_most() -> None:
+async def test_each_quick_send_gives_its_domain_more_places_up_to_the_most() -> None:
     places = DomainPlaces(most=4, max_waiting=5)
     for _ in range(10):
         assert places.take("quick.example")
         places.ended("quick.example", QUICK)
     assert places.places("quick.example") == 4
     assert taken(places, "quick.example", 5) == [True] * 4 + [False]
+
+
+async def test_places_grow_by_half_again_for_each_quick_send() -> None:
+    places = DomainPlaces(most=200, max_waiting=5)
+    grown = []
+    for _ in range(6):
+        places.take("d.example")
+        places.ended("d.example", QUICK)
+        grown.append(places.places("d.example"))
+    assert grown == [2, 3, 4, 6, 9, 13]
 
 
 async def test_a_slow_send_halves_its_domains_places_down_to_one() -> None:
@@ -154,6 +164,20 @@ async def test_only_so_many_rows_may_wait_for_one_domain() -> None:
     assert places.ticket("d.example") is not None
     assert places.ticket("d.example") is None
     assert places.ticket("other.example") is not None
+
+
+async def test_a_slow_send_sends_away_the_rows_a_slow_domain_may_not_keep_waiting() -> None:
+    places = DomainPlaces(most=8, max_waiting=16)
+    assert places.take("tarpit.example")
+    tickets = [places.ticket("tarpit.example") for _ in range(16)]
+    places.ended("tarpit.example", SLOW)
+    # One is handed the place; the newest beyond a slow domain's two are sent away.
+    handed = [t for t in tickets if t is not None and t._turn.event.is_set()]
+    evicted = [t for t in handed if t._turn.evicted]
+    assert len(evicted) == 14 and len(handed) == 15
+    # A slow domain keeps two waiting: one still does, so one more may, then no more.
+    assert places.ticket("tarpit.example") is not None
+    assert places.ticket("tarpit.example") is None
 
 
 async def test_a_crowded_domains_rows_go_back_for_longer_each_time() -> None:
