@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from benchmarks import latency, machine, report, sustained, throughput, trigger_cost
+from benchmarks import drivers, latency, machine, report, sustained, throughput, trigger_cost
 from benchmarks.cluster import bench_database, open_server
 from benchmarks.config import FULL, QUICK, SCENARIOS, RunConfig, Scenario
 from benchmarks.progress import RunProgress
@@ -36,6 +36,7 @@ RUNNERS = {
     "throughput": throughput.run,
     "trigger": trigger_cost.run,
     "sustained": sustained.run,
+    "drivers": drivers.run,
 }
 
 

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from benchmarks.workers import Mode, TransportKind
 
-Scenario = Literal["latency", "throughput", "trigger", "sustained"]
-SCENARIOS: tuple[Scenario, ...] = ("latency", "throughput", "trigger", "sustained")
+Scenario = Literal["latency", "throughput", "trigger", "sustained", "drivers"]
+SCENARIOS: tuple[Scenario, ...] = ("latency", "throughput", "trigger", "sustained", "drivers")
 ProducerKind = Literal["library", "http"]
 
 
@@ -141,6 +141,10 @@ class RunConfig:
     sustained_warmup_seconds: float = 1.0  # at the case's rate, not counted
     sustained_drain_timeout: float = 60.0  # after the window, for the rest to be delivered
     probe_requests: int = 100  # sequential requests on one kept-alive connection
+    # The library call on each driver (scenario 6).
+    drivers_seconds: float = 5.0
+    drivers_rounds: int = 3
+    drivers_made: int = 12_000  # requests made beforehand per connection, driver alone
     scenarios: tuple[Scenario, ...] = SCENARIOS
 
     def with_scenarios(self, scenarios: tuple[Scenario, ...]) -> RunConfig:
@@ -168,11 +172,13 @@ class RunConfig:
         # Two workloads, trigger on and off, per producer count and round.
         runs = self.trigger_rounds * len(self.trigger_producers) * 2 * 2
         trigger = runs * (self.trigger_seconds + 0.7)
+        drivers = 3 + self.drivers_rounds * 5 * 2 * (self.drivers_seconds + 0.5)
         budget: dict[Scenario, float] = {
             "latency": latency,
             "throughput": throughput,
             "trigger": trigger,
             "sustained": sustained_budget(self),
+            "drivers": drivers,
         }
         return {s: budget[s] for s in self.scenarios}
 
@@ -228,4 +234,7 @@ QUICK = RunConfig(
     sustained_warmup_seconds=0.5,
     sustained_drain_timeout=20.0,
     probe_requests=30,
+    drivers_seconds=1.0,
+    drivers_rounds=1,
+    drivers_made=1_500,
 )

@@ -1,6 +1,6 @@
 """Producing work: verifications requested at a steady rate, or a backlog inserted at once.
 
-The steady producer calls the product's own `request_verification` (one transaction per
+The steady producer runs the product's own request statement (one transaction per
 request, the outbox insert firing the NOTIFY trigger) and notes the wall clock the moment
 COMMIT has returned: the start of every latency this run reports.
 """
@@ -18,7 +18,7 @@ import anyio
 
 from notifier import tokens
 from notifier.config import RequestSettings
-from notifier.storage.outbox import request_verification
+from notifier.storage.outbox import request_standalone
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
 
@@ -71,13 +71,13 @@ async def produce_steady(
     phase: float = 0.0,
     max_behind: float | None = MAX_BEHIND_SECONDS,
 ) -> Produced:
-    """Request `rate` verifications per second for `seconds` (None: back to back), each in its
-    own transaction through `request_verification`."""
+    """Request `rate` verifications per second for `seconds` (None: back to back), each its
+    own transaction, through the product's request statement (as the API sends it)."""
     produced = produced or Produced()
     rules = policy()
 
     async def request(i: int) -> None:
-        result = await request_verification(
+        result = await request_standalone(
             conn,
             user_id=f"{tag}-{i}",
             email=f"{tag}-{i}@{RECIPIENT_DOMAIN}",

@@ -398,6 +398,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += _throughput_md(results.get("throughput"))
     out += _trigger_md(results.get("trigger"))
     out += _sustained_md(results.get("sustained"))
+    out += _drivers_md(results.get("drivers"))
     targets = results.get("targets", [])
     if targets:
         out += ["## Targets", ""]
@@ -612,6 +613,38 @@ def _trigger_md(trigger: dict[str, Any] | None) -> list[str]:
         for r in trigger["runs"]
     ]
     out += _table(["workload", "producers", "without trigger /s", "with trigger /s", "cost"], rows)
+    return out
+
+
+def _drivers_md(drivers: dict[str, Any] | None) -> list[str]:
+    if not drivers:
+        return []
+    out = [
+        "## The library call on each driver",
+        "",
+        f"Calls per second over {drivers['connections']} connections, each call its own "
+        f"signup transaction (BEGIN, the request, COMMIT), {drivers['seconds_per_run']:.0f} s "
+        f"runs, median of {drivers['rounds']} alternating rounds. *Driver alone*: the same "
+        "transaction with the driver's own call of the same statement, its arguments made "
+        "beforehand; *added*: what notifier adds to one call's latency on that driver "
+        "(validation, keyed digests, the adapter).",
+        "",
+    ]
+    rows = [
+        [
+            r["driver"],
+            _num(r["calls_per_s"], 0),
+            _num(r["driver_alone_per_s"], 0),
+            f"{r['call_vs_driver_alone']:.2f}",
+            f"{r['call_vs_asyncpg_call']:.2f}",
+            f"{r['added_us_per_call']:.0f} µs",
+        ]
+        for r in drivers["runs"]
+    ]
+    out += _table(
+        ["driver", "library call /s", "driver alone /s", "call / alone", "vs asyncpg", "added"],
+        rows,
+    )
     return out
 
 

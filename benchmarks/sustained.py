@@ -1,5 +1,5 @@
 """Scenario 5: sustained load. Four producers request verifications at a fixed offered rate
-(or as fast as they go) for a window, through `request_verification` or through the HTTP
+(or as fast as they go) for a window, through the product's request statement or through the HTTP
 API, while worker processes at library defaults deliver over SMTP into a sink; and a probe
 for delayed-ACK stalls on kept-alive connections to `notifier api` and `notifier dev`.
 

@@ -1,9 +1,10 @@
 """notifier: email-verification delivery over a PostgreSQL outbox, woken by LISTEN/NOTIFY."""
 
-from notifier.storage.outbox import request_verification
+from notifier.storage.outbox import request_verification, request_verification_sync
 from notifier.verifications import (
     IdempotencyConflict,
     InvalidRequest,
+    NotInTransaction,
     Policy,
     RequestError,
     Suppressed,
@@ -15,6 +16,7 @@ from notifier.version import __version__
 __all__ = [
     "IdempotencyConflict",
     "InvalidRequest",
+    "NotInTransaction",
     "Policy",
     "RequestError",
     "Suppressed",
@@ -22,4 +24,5 @@ __all__ = [
     "VerificationResult",
     "__version__",
     "request_verification",
+    "request_verification_sync",
 ]

@@ -54,6 +54,21 @@ class InvalidRequest(RequestError):
         self.problem = problem
 
 
+class NotInTransaction(NotifierError):
+    """The library call was made outside a transaction, where the outbox cannot keep its
+    promise (the verification exists only if the caller's own work commits); nothing was
+    written."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "request_verification must run inside the caller's transaction, so that the "
+            "verification and its email exist only if the caller's own work commits: begin "
+            "one first (asyncpg: `async with conn.transaction()`; psycopg: autocommit off, or "
+            "`with conn.transaction()`; SQLAlchemy: a Connection or Session not set to "
+            "AUTOCOMMIT; Django: inside `transaction.atomic()`). Nothing was written."
+        )
+
+
 class IdempotencyConflict(RequestError):
     """The idempotency key was already used for a different request."""
 

@@ -1,27 +1,37 @@
-"""The outbox's writes and reads of verifications, on the caller's connection: requesting one
-inside the caller's transaction (the library call and the API's implementation alike), and
-confirming its token.
+"""The outbox's writes and reads of verifications: requesting one inside the caller's
+transaction, on any driver the app uses (the library call), or as its own transaction (the
+API's), and confirming its token.
 
-`request_verification` validates the request (notifier.verifications), and writes the
-verification and its outbox row in one statement that also honours the idempotency key,
-suppression, the limits and supersession (schema request_v3): one round trip, inside one
-transaction on the caller's connection.
+A request is validated (notifier.verifications) and given its token material here, in
+Python, once for every driver; the verification and its outbox row are then written by one
+statement that also honours the idempotency key, suppression, the limits and supersession
+(schema request_v3): one round trip, run by the driver's runner (storage.drivers).
 """
 
 from __future__ import annotations
 
 import hmac
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from notifier.storage.connection import Runner
+from notifier.storage.drivers import (
+    AsyncRunner,
+    CatalogueRunner,
+    SyncRunner,
+    async_runner,
+    sync_runner,
+)
 from notifier.storage.queries import arguments, sql
 from notifier.telemetry import inject_current, producer_span
-from notifier.tokens import TokenKeys, hash_token, looks_like_token
+from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
 from notifier.verifications import (
     Budgets,
     Confirmation,
     IdempotencyConflict,
+    NotInTransaction,
     Policy,
     Suppressed,
     Throttled,
@@ -33,8 +43,142 @@ from notifier.verifications import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A request validated and given what a new verification gets, ready to be written."""
+
+    request: VerificationRequest
+    policy: Policy
+    budgets: Budgets
+    verification_id: uuid.UUID
+    issued: IssuedToken
+    idempotency_key: str | None
+    client_id: str | None
+    replaces: uuid.UUID | None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        user_id: str,
+        email: str,
+        purpose: str | None = None,
+        idempotency_key: str | None = None,
+        policy: Policy | None = None,
+        client_id: str | None = None,
+        locale: str | None = None,
+        replaces: uuid.UUID | None = None,
+    ) -> _Prepared:
+        """InvalidRequest for anything malformed, before anything is sent."""
+        policy = policy or _env_policy()
+        request = VerificationRequest.parse(
+            user_id, email, purpose, policy.limits.subaddress_separators, locale
+        )
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
+        verification_id = uuid.uuid4()
+        return cls(
+            request,
+            policy,
+            Budgets.of(policy, request, client_id),
+            verification_id,
+            policy.keys.issue(verification_id),
+            idempotency_key,
+            client_id,
+            replaces,
+        )
+
+    def values(self, traceparent: str | None, tracestate: str | None) -> list[object]:
+        """request_v3's arguments, in the order the statement binds them. Ids go as text,
+        which every driver sends alike (the statement casts them)."""
+        request, policy, limits, budgets = (
+            self.request,
+            self.policy,
+            self.policy.limits,
+            self.budgets,
+        )
+        return arguments(
+            STATEMENT,
+            {
+                "p_id": str(self.verification_id),
+                "p_user_id": request.user_id,
+                "p_email": request.email,
+                "p_mailbox": request.address.mailbox,
+                "p_suppression_key": request.address.folded,
+                "p_purpose": request.purpose,
+                "p_locale": request.locale,
+                "p_token_key_id": self.issued.key_id,
+                "p_token_nonce": self.issued.nonce,
+                "p_token_hash": self.issued.token_hash,
+                "p_ttl": policy.ttl_seconds,
+                "p_message_id": message_id_for(self.verification_id, policy.message_id_domain),
+                "p_max_attempts": limits.max_attempts,
+                "p_traceparent": traceparent,
+                "p_tracestate": tracestate,
+                "p_idempotency_key": self.idempotency_key,
+                "p_fingerprint": request.fingerprint(policy.keys),
+                "p_known_fingerprints": request.fingerprints(policy.keys),
+                "p_idempotency_ttl": limits.idempotency_ttl,
+                "p_client_id": self.client_id,
+                "p_resend_limit": limits.resend_limit,
+                "p_window": limits.resend_window,
+                "p_budget_scopes": budgets.scopes,
+                "p_budget_subjects": budgets.subjects,
+                "p_budget_limits": budgets.limits,
+                "p_slice": budgets.slice_seconds,
+                "p_replaces": None if self.replaces is None else str(self.replaces),
+            },
+        )
+
+
+# The one statement every driver runs (schema request_v3): one round trip in the caller's
+# transaction; a refusal comes back as a row and writes nothing.
+STATEMENT = "request_verification"
+
+
+async def request(
+    runner: AsyncRunner,
+    *,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+    **fields: Any,
+) -> VerificationResult:
+    """The request on `runner`, whatever its driver, with no transaction required (the
+    API's own requests each commit by themselves). `fields`: request_verification's."""
+    prepared = _Prepared.of(**fields)
+    with producer_span() as span:
+        if traceparent is None:
+            traceparent, tracestate = inject_current()
+        row = await runner.fetch_one(sql(STATEMENT), prepared.values(traceparent, tracestate))
+        _note(span, row)
+    return _answer(row)
+
+
+def request_sync(
+    runner: SyncRunner,
+    *,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
+    **fields: Any,
+) -> VerificationResult:
+    """`request` for a sync driver."""
+    prepared = _Prepared.of(**fields)
+    with producer_span() as span:
+        if traceparent is None:
+            traceparent, tracestate = inject_current()
+        row = runner.fetch_one(sql(STATEMENT), prepared.values(traceparent, tracestate))
+        _note(span, row)
+    return _answer(row)
+
+
+async def request_standalone(conn: Runner, **fields: Any) -> VerificationResult:
+    """A request that is its own transaction, on one of the package's own connections (the
+    internal API, the console, the public pages): `request_verification`'s fields."""
+    return await request(CatalogueRunner(conn), **fields)
+
+
 async def request_verification(
-    conn: Runner,
+    conn: object,
     *,
     user_id: str,
     email: str,
@@ -47,11 +191,14 @@ async def request_verification(
     locale: str | None = None,
     replaces: uuid.UUID | None = None,
 ) -> VerificationResult:
-    """Request a verification email, inside the caller's transaction on `conn`.
+    """Request a verification email, inside the caller's transaction on `conn` (an asyncpg
+    Connection, a psycopg AsyncConnection, a SQLAlchemy AsyncConnection or AsyncSession).
 
     Nothing is sent unless that transaction commits: the worker is notified at COMMIT, and a
-    rollback leaves nothing behind. Raises InvalidRequest, IdempotencyConflict, Throttled or
-    Suppressed without writing anything. `policy` defaults to one read from the environment.
+    rollback leaves nothing behind. Outside a transaction it raises NotInTransaction and
+    writes nothing (the outbox promise would not hold). Raises InvalidRequest,
+    IdempotencyConflict, Throttled or Suppressed without writing anything, and without
+    aborting the caller's transaction. `policy` defaults to one read from the environment.
     `locale` (a language tag such as "de" or "pt-BR") picks the email's language; the
     closest one there are templates for is used, English by default.
     `client_id` is the API key that asked (None: the application's own code); idempotency
@@ -59,67 +206,73 @@ async def request_verification(
     supersedes only that client's earlier verifications of the recipient, and `replaces`
     (a console resend: a support key replacing the app's failed verification).
     """
-    policy = policy or _env_policy()
-    limits = policy.limits
-    request = VerificationRequest.parse(
-        user_id, email, purpose, limits.subaddress_separators, locale
+    runner = async_runner(conn)
+    if not await runner.in_transaction():
+        raise NotInTransaction()
+    return await request(
+        runner,
+        traceparent=traceparent,
+        tracestate=tracestate,
+        user_id=user_id,
+        email=email,
+        purpose=purpose,
+        idempotency_key=idempotency_key,
+        policy=policy,
+        client_id=client_id,
+        locale=locale,
+        replaces=replaces,
     )
-    if idempotency_key is not None:
-        check_idempotency_key(idempotency_key)
-    budgets = Budgets.of(policy, request, client_id)
-    verification_id = uuid.uuid4()
-    issued = policy.keys.issue(verification_id)
-    with producer_span() as span:
-        if traceparent is None:
-            traceparent, tracestate = inject_current()
-        # One statement (schema request_v3): one round trip in the caller's transaction, or
-        # one that commits by itself; a refusal comes back as a row and writes nothing.
-        values = {
-            "p_id": verification_id,
-            "p_user_id": request.user_id,
-            "p_email": request.email,
-            "p_mailbox": request.address.mailbox,
-            "p_suppression_key": request.address.folded,
-            "p_purpose": request.purpose,
-            "p_locale": request.locale,
-            "p_token_key_id": issued.key_id,
-            "p_token_nonce": issued.nonce,
-            "p_token_hash": issued.token_hash,
-            "p_ttl": policy.ttl_seconds,
-            "p_message_id": message_id_for(verification_id, policy.message_id_domain),
-            "p_max_attempts": limits.max_attempts,
-            "p_traceparent": traceparent,
-            "p_tracestate": tracestate,
-            "p_idempotency_key": idempotency_key,
-            "p_fingerprint": request.fingerprint(policy.keys),
-            "p_known_fingerprints": request.fingerprints(policy.keys),
-            "p_idempotency_ttl": limits.idempotency_ttl,
-            "p_client_id": client_id,
-            "p_resend_limit": limits.resend_limit,
-            "p_window": limits.resend_window,
-            "p_budget_scopes": budgets.scopes,
-            "p_budget_subjects": budgets.subjects,
-            "p_budget_limits": budgets.limits,
-            "p_slice": budgets.slice_seconds,
-            "p_replaces": replaces,
-        }
-        statement = "request_verification"
-        row = await conn.fetchrow(sql(statement), *arguments(statement, values))
-        if span is not None:
-            span.set_attribute("notifier.request.result", row["result"])
-            if row["result"] == "accepted":
-                span.set_attribute("messaging.message.id", str(row["outbox_id"]))
-                span.set_attribute("notifier.verification_id", str(row["id"]))
-    return _answer(row)
 
 
-def _answer(row: Any) -> VerificationResult:
+def request_verification_sync(
+    conn: object,
+    *,
+    user_id: str,
+    email: str,
+    purpose: str | None = None,
+    idempotency_key: str | None = None,
+    policy: Policy | None = None,
+    client_id: str | None = None,
+    locale: str | None = None,
+) -> VerificationResult:
+    """`request_verification` on a sync connection (a psycopg Connection, a SQLAlchemy
+    Connection or Session), inside the caller's transaction; the same arguments, result and
+    errors."""
+    runner = sync_runner(conn)
+    return request_sync_in_transaction(
+        runner,
+        user_id=user_id,
+        email=email,
+        purpose=purpose,
+        idempotency_key=idempotency_key,
+        policy=policy,
+        client_id=client_id,
+        locale=locale,
+    )
+
+
+def request_sync_in_transaction(runner: SyncRunner, **fields: Any) -> VerificationResult:
+    """`request_sync`, refused (NotInTransaction, nothing written) outside a transaction."""
+    if not runner.in_transaction():
+        raise NotInTransaction()
+    return request_sync(runner, **fields)
+
+
+def _note(span: Any, row: Mapping[str, Any]) -> None:
+    if span is not None:
+        span.set_attribute("notifier.request.result", row["result"])
+        if row["result"] == "accepted":
+            span.set_attribute("messaging.message.id", str(row["outbox_id"]))
+            span.set_attribute("notifier.verification_id", str(row["id"]))
+
+
+def _answer(row: Mapping[str, Any]) -> VerificationResult:
     """What request_v3's row means: a result, or the refusal raised as its error."""
     match row["result"]:
         case "accepted":
-            return VerificationResult(row["id"], "pending", row["expires_at"])
+            return VerificationResult(uuid.UUID(row["id"]), "pending", row["expires_at"])
         case "replayed":
-            return VerificationResult(row["id"], row["status"], row["expires_at"], True)
+            return VerificationResult(uuid.UUID(row["id"]), row["status"], row["expires_at"], True)
         case "conflict":
             raise IdempotencyConflict()
         case "suppressed":

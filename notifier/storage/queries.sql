@@ -22,18 +22,23 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: request_verification
--- request_v3's parameters by name (schema/0014_fair_limits_and_exact_suppressions.sql).
--- A whole verification request in one statement: idempotency, suppression, the limits, the
--- verification and its outbox row (the NOTIFY trigger), the budgets, supersession. One row:
--- result (accepted, replayed, conflict, suppressed, throttled), and what goes with it.
-SELECT * FROM notifier.request_v3(
-    p_id => $1, p_user_id => $2, p_email => $3, p_mailbox => $4, p_suppression_key => $5,
-    p_purpose => $6, p_locale => $7, p_token_key_id => $8, p_token_nonce => $9,
-    p_token_hash => $10, p_ttl => $11, p_message_id => $12, p_max_attempts => $13,
-    p_traceparent => $14, p_tracestate => $15, p_idempotency_key => $16,
-    p_fingerprint => $17, p_known_fingerprints => $18, p_idempotency_ttl => $19,
-    p_client_id => $20, p_resend_limit => $21, p_window => $22, p_budget_scopes => $23,
-    p_budget_subjects => $24, p_budget_limits => $25, p_slice => $26, p_replaces => $27);
+-- request_v3's parameters by name (schema/0014_fair_limits_and_exact_suppressions.sql), each
+-- cast to its type, so every driver sends the same statement whatever it infers from a
+-- value (an empty list, a uuid given as text). A whole verification request in one
+-- statement: idempotency, suppression, the limits, the verification and its outbox row (the
+-- NOTIFY trigger), the budgets, supersession. One row: result (accepted, replayed,
+-- conflict, suppressed, throttled), and what goes with it.
+SELECT result, id::text AS id, status, expires_at, outbox_id, retry_after, limit_scope
+FROM notifier.request_v3(
+    p_id => $1::uuid, p_user_id => $2::text, p_email => $3::text, p_mailbox => $4::text,
+    p_suppression_key => $5::text, p_purpose => $6::text, p_locale => $7::text,
+    p_token_key_id => $8::text, p_token_nonce => $9::bytea, p_token_hash => $10::bytea,
+    p_ttl => $11::float8, p_message_id => $12::text, p_max_attempts => $13::int,
+    p_traceparent => $14::text, p_tracestate => $15::text, p_idempotency_key => $16::text,
+    p_fingerprint => $17::bytea, p_known_fingerprints => $18::bytea[],
+    p_idempotency_ttl => $19::float8, p_client_id => $20::text, p_resend_limit => $21::int,
+    p_window => $22::float8, p_budget_scopes => $23::text[], p_budget_subjects => $24::bytea[],
+    p_budget_limits => $25::int[], p_slice => $26::float8, p_replaces => $27::uuid);
 
 -- name: confirm_token
 -- $1: token hash, $2: apply (true: confirm a live link; false: only say what it would do,

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from notifier.redact import redact_email
 from notifier.storage import suppressions
 from notifier.storage.connection import Runner
-from notifier.storage.outbox import request_verification
+from notifier.storage.outbox import request_standalone
 from notifier.storage.queries import sql
 from notifier.verifications import VerificationResult
 from notifier.web import pages
@@ -130,7 +130,7 @@ async def create_verification(
     ],
 ) -> Any:
     caller = principal_of(request.scope)
-    result: VerificationResult = await request_verification(
+    result: VerificationResult = await request_standalone(
         conn,
         user_id=body.user_id,
         email=body.email,

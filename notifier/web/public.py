@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Form, Query
 from fastapi.responses import HTMLResponse
 
-from notifier.storage.outbox import confirm, request_verification
+from notifier.storage.outbox import confirm, request_standalone
 from notifier.tokens import looks_like_token
 from notifier.verifications import Confirmation, RequestError, resend_key
 from notifier.web import pages
@@ -131,7 +131,7 @@ async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
     assert result.user_id is not None and result.email is not None
     try:
         async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
-            await request_verification(
+            await request_standalone(
                 conn,
                 user_id=result.user_id,
                 email=result.email,

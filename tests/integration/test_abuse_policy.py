@@ -106,12 +106,13 @@ async def test_there_is_a_ceiling_on_everything(apps: Clients, db: asyncpg.Conne
     assert refused.status_code == 429 and "global limit" in refused.json()["error"]["message"]
     # The library call counts against the same ceiling.
     with pytest.raises(Throttled, match="global limit"):
-        await request_verification(
-            db,
-            user_id="lib",
-            email="lib@lib.example",
-            policy=policy_for_tests(TokenKeys((TEST_SECRET,)), global_limit=3),
-        )
+        async with db.transaction():
+            await request_verification(
+                db,
+                user_id="lib",
+                email="lib@lib.example",
+                policy=policy_for_tests(TokenKeys((TEST_SECRET,)), global_limit=3),
+            )
 
 
 async def test_requests_counting_against_one_budget_at_once_never_wait_for_each_other(
@@ -133,7 +134,10 @@ async def test_requests_counting_against_one_budget_at_once_never_wait_for_each_
     )
     assert counted == 6
     with pytest.raises(Throttled, match="domain limit"):  # the rows still add up to one budget
-        await request_verification(pool, user_id="late", email="late@busy.example", policy=policy)
+        async with pool.acquire() as conn, conn.transaction():
+            await request_verification(
+                conn, user_id="late", email="late@busy.example", policy=policy
+            )
 
 
 @pytest.mark.parametrize("policy_overrides", [{"domain_limit": 1}])

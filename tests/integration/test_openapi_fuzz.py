@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from notifier.runner import internal_app
-from notifier.storage.outbox import request_verification
+from notifier.storage.outbox import request_standalone
 from notifier.tokens import TokenKeys
 from notifier.web.api import openapi_document
 from notifier.web.listeners import Services
@@ -110,7 +110,7 @@ async def known(db: asyncpg.Connection) -> dict[str, str]:
     for user, stand_in_id, stand_in_token in zip(
         ("live", "expired"), KNOWN_IDS, KNOWN_TOKENS, strict=True
     ):
-        result = await request_verification(
+        result = await request_standalone(
             db,
             user_id=user,
             email=f"{user}@example.com",

@@ -13,8 +13,8 @@ import anyio
 import asyncpg
 import pytest
 
-import notifier
 from notifier import events
+from notifier.storage.outbox import request_standalone
 from notifier.tokens import TokenKeys
 from notifier.verifications import IdempotencyConflict, InvalidRequest
 from tests.support.apps import Clients
@@ -62,7 +62,7 @@ async def test_the_same_idempotency_key_with_another_locale_is_a_conflict(
 ) -> None:
     policy = policy_for_tests(keys)
     request = functools.partial(
-        notifier.request_verification,
+        request_standalone,
         db,
         user_id="u1",
         email="a@example.com",

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from notifier.config import RequestSettings
-from notifier.storage.outbox import request_verification
+from notifier.storage.outbox import request_standalone
 from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
 
@@ -57,7 +57,7 @@ async def enqueue(
     max_attempts: int = 5,
     locale: str | None = None,
 ) -> Enqueued:
-    result = await request_verification(
+    result = await request_standalone(
         conn,
         user_id=user_id or f"user-{email}",
         email=email,

@@ -27,6 +27,9 @@ class Relay:
         self._flowing.set()
         self._cut_off = False
         self._connections: set[anyio.CancelScope] = set()
+        # Round trips: how often a client began to send after hearing the server (or first).
+        self.client_turns = 0
+        self._client_spoke_last = False
 
     def hold(self) -> None:
         """From now on, bytes from the server wait in the relay until `flow()`."""
@@ -72,7 +75,11 @@ class Relay:
             while True:
                 chunk = await source.receive()
                 if replies:
+                    self._client_spoke_last = False
                     await self._flowing.wait()
+                elif not self._client_spoke_last:
+                    self._client_spoke_last = True
+                    self.client_turns += 1
                 await sink.send(chunk)
         with contextlib.suppress(Exception):
             await sink.aclose()

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from notifier import addresses
 from notifier.redact import redact_email
 from notifier.storage.connection import Runner
-from notifier.storage.outbox import request_verification
+from notifier.storage.outbox import request_standalone
 from notifier.storage.queries import sql
 from notifier.storage.suppressions import Suppression
 from notifier.verifications import Policy, RequestError
@@ -295,7 +295,7 @@ async def resend(
     if not _resendable(row):
         return Resend("not_resendable")
     try:
-        result = await request_verification(
+        result = await request_standalone(
             conn,
             user_id=row["user_id"],
             email=row["email"],
