@@ -144,7 +144,7 @@ class RunConfig:
     # The library call on each driver (scenario 6).
     drivers_seconds: float = 5.0
     drivers_rounds: int = 3
-    drivers_made: int = 12_000  # requests made beforehand per connection, driver alone
+    drivers_made: int = 12_000  # requests made beforehand per connection (adapter, alone)
     scenarios: tuple[Scenario, ...] = SCENARIOS
 
     def with_scenarios(self, scenarios: tuple[Scenario, ...]) -> RunConfig:
@@ -172,7 +172,7 @@ class RunConfig:
         # Two workloads, trigger on and off, per producer count and round.
         runs = self.trigger_rounds * len(self.trigger_producers) * 2 * 2
         trigger = runs * (self.trigger_seconds + 0.7)
-        drivers = 3 + self.drivers_rounds * 5 * 2 * (self.drivers_seconds + 0.5)
+        drivers = 3 + self.drivers_rounds * 5 * 3 * (self.drivers_seconds + 0.5)
         budget: dict[Scenario, float] = {
             "latency": latency,
             "throughput": throughput,

@@ -624,27 +624,30 @@ def _drivers_md(drivers: dict[str, Any] | None) -> list[str]:
         "",
         f"Calls per second over {drivers['connections']} connections, each call its own "
         f"signup transaction (BEGIN, the request, COMMIT), {drivers['seconds_per_run']:.0f} s "
-        f"runs, median of {drivers['rounds']} alternating rounds. *Driver alone*: the same "
-        "transaction with the driver's own call of the same statement, its arguments made "
-        "beforehand; *added*: what notifier adds to one call's latency on that driver "
-        "(validation, keyed digests, the adapter).",
+        f"runs, median of {drivers['rounds']} alternating rounds. *Adapter* and *driver "
+        "alone*: the same transaction on arguments made beforehand, through the runner "
+        "notifier picks for the connection and with the driver's own call of the same "
+        "statement. *Added*: what one call costs beyond the driver alone, in µs of a "
+        "connection's time (the adapter's, and the library call's: validation, keyed digests "
+        "and the adapter).",
         "",
     ]
     rows = [
         [
             r["driver"],
             _num(r["calls_per_s"], 0),
+            _num(r["adapter_per_s"], 0),
             _num(r["driver_alone_per_s"], 0),
+            f"{r['adapter_vs_driver_alone']:.2f}",
             f"{r['call_vs_driver_alone']:.2f}",
             f"{r['call_vs_asyncpg_call']:.2f}",
-            f"{r['added_us_per_call']:.0f} µs",
+            f"{r['adapter_added_us_per_call']:.0f} / {r['added_us_per_call']:.0f} µs",
         ]
         for r in drivers["runs"]
     ]
-    out += _table(
-        ["driver", "library call /s", "driver alone /s", "call / alone", "vs asyncpg", "added"],
-        rows,
-    )
+    header = ["driver", "library call /s", "adapter /s", "driver alone /s", "adapter / alone"]
+    header += ["call / alone", "call vs asyncpg", "added: adapter / call"]
+    out += _table(header, rows)
     return out
 
 

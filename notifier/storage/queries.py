@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cache, cached_property
 from importlib import resources
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -56,6 +56,7 @@ def sql(name: str) -> str:
     return PRODUCT.sql(name)
 
 
+@cache  # the catalogue is fixed: parsed once a statement, not once a call
 def bound_names(name: str) -> dict[int, str]:
     """Which function parameter each `$n` of statement `name` binds (named notation)."""
     return {int(n): param for param, n in _NAMED.findall(sql(name))}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 
 from notifier.storage.connection import Runner
@@ -66,6 +67,7 @@ class CatalogueRunner:
         return row  # type: ignore[no-any-return]
 
 
+@lru_cache(maxsize=128)  # a few statements, each rewritten once, not once a call
 def format_style(statement: str) -> str:
     """`$1`, `$2`, ... as `%s` (psycopg, Django), with literal `%` doubled; the numbers must
     run in order, each once, as the catalogue's bound statements do."""

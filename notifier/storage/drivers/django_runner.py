@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from notifier.storage.drivers import format_style
 
 
 class DjangoRunner:
     """`django.db.connections[alias]`, as a SyncRunner."""
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self._connection = connection
 
     def in_transaction(self) -> bool:

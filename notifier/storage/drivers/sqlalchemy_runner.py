@@ -8,6 +8,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, TextClause, text
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
@@ -23,7 +24,7 @@ def _binds(values: Sequence[object]) -> dict[str, object]:
     return {f"p{n}": value for n, value in enumerate(values, 1)}
 
 
-def _autocommit(dbapi_connection: Any) -> bool:
+def _autocommit(dbapi_connection: DBAPIConnection | None) -> bool:
     # psycopg, psycopg2 and SQLAlchemy's asyncpg adapter all say so on the DBAPI connection.
     return bool(getattr(dbapi_connection, "autocommit", False))
 
