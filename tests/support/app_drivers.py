@@ -403,9 +403,14 @@ DRIVERS = (
     Driver("asyncpg", _asyncpg),
     Driver("psycopg async", _async_psycopg),
     Driver("psycopg", _psycopg),
-    Driver("SQLAlchemy async connection, asyncpg", _async_sqlalchemy("asyncpg", False)),
+    # SQLAlchemy: each object an app may hold, on each dialect it may run on.
+    Driver("SQLAlchemy AsyncConnection, asyncpg", _async_sqlalchemy("asyncpg", False)),
+    Driver("SQLAlchemy AsyncConnection, psycopg", _async_sqlalchemy("psycopg", False)),
+    Driver("SQLAlchemy AsyncSession, asyncpg", _async_sqlalchemy("asyncpg", True)),
     Driver("SQLAlchemy AsyncSession, psycopg", _async_sqlalchemy("psycopg", True)),
-    Driver("SQLAlchemy connection, psycopg", _sqlalchemy("psycopg", False)),
+    Driver("SQLAlchemy Connection, psycopg", _sqlalchemy("psycopg", False)),
+    Driver("SQLAlchemy Connection, psycopg2", _sqlalchemy("psycopg2", False)),
+    Driver("SQLAlchemy Session, psycopg", _sqlalchemy("psycopg", True)),
     Driver("SQLAlchemy Session, psycopg2", _sqlalchemy("psycopg2", True)),
     Driver("Django", _django),
 )
