@@ -219,7 +219,8 @@ async def bench_database(server: Server) -> AsyncIterator[BenchDatabase]:
 # Every table the product writes, emptied between phases so each starts from the same state.
 TRUNCATE = """
 TRUNCATE notifier.delivery_attempts, notifier.suppressed_addresses, notifier.email_outbox,
-         notifier.verifications
+         notifier.verifications, notifier.events, notifier.webhook_deliveries,
+         notifier.webhook_attempts
 """
 
 

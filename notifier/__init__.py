@@ -1,6 +1,9 @@
 """notifier: email-verification delivery over a PostgreSQL outbox, woken by LISTEN/NOTIFY."""
 
+from notifier.return_urls import InvalidReturn, Returned
+from notifier.return_urls import check_return as _check_return
 from notifier.storage.outbox import request_verification, request_verification_sync
+from notifier.tokens import TokenKeys
 from notifier.verifications import (
     IdempotencyConflict,
     InvalidRequest,
@@ -13,16 +16,35 @@ from notifier.verifications import (
 )
 from notifier.version import __version__
 
+
+def check_return(
+    url: str, *, client_id: str | None = None, keys: TokenKeys | None = None
+) -> Returned:
+    """What the redirect notifier sent a person back to the app with says (the URL the
+    app's handler was called at): which verification, and that it is verified (`outcome`
+    verified, or already_verified). InvalidReturn unless its signature holds and it has not
+    expired. `client_id`: the API key id that requested the verification (None: it was
+    requested with request_verification); `keys`: default, NOTIFIER_TOKEN_SECRET's."""
+    if keys is None:
+        from notifier.config import TokenSettings
+
+        keys = TokenKeys(TokenSettings.from_env().secrets)
+    return _check_return(url, keys, client_id=client_id)
+
+
 __all__ = [
     "IdempotencyConflict",
     "InvalidRequest",
+    "InvalidReturn",
     "NotInTransaction",
     "Policy",
     "RequestError",
+    "Returned",
     "Suppressed",
     "Throttled",
     "VerificationResult",
     "__version__",
+    "check_return",
     "request_verification",
     "request_verification_sync",
 ]

@@ -53,6 +53,8 @@ class Principal:
     key_id: str
     name: str
     scopes: frozenset[str]
+    # Its own narrowing of NOTIFIER_RETURN_URLS (None: that list as it is).
+    return_urls: tuple[str, ...] | None = None
 
     def may(self, scope: Scope) -> bool:
         return scope in self.scopes

@@ -21,6 +21,7 @@ from notifier.config import (
     SmtpSettings,
     Thresholds,
     TokenSettings,
+    WebhookSettings,
     WorkerSettings,
 )
 from notifier.errors import NotifierError, UsageError
@@ -82,9 +83,9 @@ def cmd_api(args: argparse.Namespace) -> int:
     from notifier.verifications import Policy
 
     policy, settings = Policy.from_env(), ApiSettings.from_env()
-    database = DatabaseSettings.from_env()
+    database, webhooks = DatabaseSettings.from_env(), WebhookSettings.from_env()
     with database_url(database) as url:
-        anyio.run(run_api, url, policy, settings, database, backend="asyncio")
+        anyio.run(run_api, url, policy, settings, database, webhooks, backend="asyncio")
     return 0
 
 
@@ -185,7 +186,8 @@ async def _cleanup(url: str) -> int:
         return 0
     print(
         f"scrubbed {report.scrubbed} addresses, deleted {report.deleted} finished deliveries, "
-        f"expired {report.suppressions_expired} suppressions"
+        f"expired {report.suppressions_expired} suppressions, forgot {report.events_forgotten} "
+        "events"
     )
     return 0
 
@@ -207,7 +209,9 @@ async def _keys(url: str, args: argparse.Namespace) -> int:
                 if not key:
                     raise UsageError(f"{args.key_from_env} is unset or empty")
             scopes = [s for given in args.scope or ["request"] for s in given.split(",") if s]
-            new = await api_keys.create(conn, args.name, scopes, key=key)
+            new = await api_keys.create(
+                conn, args.name, scopes, key=key, return_urls=args.return_url
+            )
             if key is None:
                 # The key alone on stdout, so `KEY=$(notifier keys create app)` works.
                 print(new.key)
@@ -218,6 +222,11 @@ async def _keys(url: str, args: argparse.Namespace) -> int:
         if args.action == "revoke":
             revoked_at = await api_keys.revoke(conn, args.id)
             print(f"key {args.id} revoked at {revoked_at:%Y-%m-%d %H:%M:%S %Z}")
+            return 0
+        if args.action == "return-urls":
+            await api_keys.set_return_urls(conn, args.id, args.prefix or None)
+            narrowed = ", ".join(args.prefix) if args.prefix else "all of NOTIFIER_RETURN_URLS"
+            print(f"key {args.id} may send people back to: {narrowed}")
             return 0
         rows = await api_keys.listing(conn)
         if args.json:
@@ -239,11 +248,103 @@ async def _keys(url: str, args: argparse.Namespace) -> int:
         await conn.close()
 
 
+async def _webhooks(url: str, args: argparse.Namespace) -> int:
+    import uuid
+
+    from notifier.storage import webhooks
+    from notifier.tokens import TokenKeys
+
+    settings = WebhookSettings.from_env()
+    conn = await connect(url)
+    try:
+        if args.action == "add":
+            keys = TokenKeys(TokenSettings.from_env().secrets)
+            types = None if args.events is None else [t for t in args.events.split(",") if t]
+            endpoint, secret = await webhooks.add(
+                conn, keys, args.url, types, args.description,
+                allow_private=settings.allow_private,
+            )  # fmt: skip
+            # The id, then the secret, alone on stdout for scripts.
+            print(endpoint.id)
+            print(secret)
+            print(
+                f"registered webhook endpoint {endpoint.id} for "
+                f"{', '.join(endpoint.event_types or ['every event'])}; the secret is shown "
+                "only now",
+                file=sys.stderr,
+            )
+            return 0
+        if args.action == "list":
+            found = await webhooks.listing(conn)
+            _print_endpoints(found, args.json)
+            return 0
+        try:
+            endpoint_id = uuid.UUID(args.id)
+        except ValueError:
+            raise UsageError(
+                f"{args.id!r} is not an endpoint id (see `notifier webhooks list`)"
+            ) from None
+        if args.action == "remove":
+            await webhooks.remove(conn, endpoint_id)
+            print(f"webhook endpoint {endpoint_id} removed, with its deliveries")
+        elif args.action == "rotate":
+            keys = TokenKeys(TokenSettings.from_env().secrets)
+            secret, until = await webhooks.rotate(
+                conn, keys, endpoint_id, settings.rotation_overlap
+            )
+            print(secret)
+            print(
+                f"the old secret signs beside it until {until:%Y-%m-%d %H:%M:%S %Z}",
+                file=sys.stderr,
+            )
+        else:
+            await webhooks.enable(conn, endpoint_id)
+            print(f"webhook endpoint {endpoint_id} enabled; its waiting deliveries go out now")
+        return 0
+    finally:
+        await conn.close()
+
+
+def _print_endpoints(found: list[Any], as_json: bool) -> None:
+    if as_json:
+        import dataclasses
+
+        import orjson
+
+        rows = [dataclasses.asdict(e) for e in found]
+        print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+        return
+    for e in found:
+        if e.disabled_at is not None:
+            health = f"disabled: {e.disabled_reason}"
+        elif e.failing_since is not None:
+            health = f"failing since {e.failing_since:%Y-%m-%d %H:%M}"
+        else:
+            health = "healthy"
+        types = ",".join(e.event_types or ["*"])
+        print(f"{e.id}\t{e.url}\t{types}\t{health}\t{e.pending} waiting\t{e.dead} dead")
+    if not found:
+        print("no webhook endpoints: add one with `notifier webhooks add URL`")
+
+
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    with database_url(DatabaseSettings.from_env()) as url:
+        return anyio.run(_webhooks, url, args, backend="asyncio")
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from notifier import apikeys
 
     if args.action == "generate":
         print(apikeys.generate().key)
+        return 0
+    if args.action == "return-secret":
+        from notifier.return_urls import return_secrets
+        from notifier.tokens import TokenKeys
+
+        keys = TokenKeys(TokenSettings.from_env().secrets)
+        for key_id, secret in return_secrets(keys, args.id):
+            print(f"{key_id} {secret}")
         return 0
     with database_url(DatabaseSettings.from_env()) as url:
         return anyio.run(_keys, url, args, backend="asyncio")
@@ -279,8 +380,16 @@ _READS: dict[str, tuple[type, ...]] = {
         MessageSettings,
         RetentionSettings,
         RequestSettings,
+        WebhookSettings,
     ),
-    "api": (DatabaseSettings, ApiSettings, TokenSettings, RequestSettings, SmtpSettings),
+    "api": (
+        DatabaseSettings,
+        ApiSettings,
+        TokenSettings,
+        RequestSettings,
+        SmtpSettings,
+        WebhookSettings,
+    ),
     "dev": (
         DatabaseSettings,
         ApiSettings,
@@ -292,7 +401,8 @@ _READS: dict[str, tuple[type, ...]] = {
     "stats": (DatabaseSettings, Thresholds),
     "cleanup": (DatabaseSettings, RetentionSettings, RequestSettings),
     "suppressions": (DatabaseSettings, RequestSettings),
-    "keys": (DatabaseSettings,),
+    "keys": (DatabaseSettings, TokenSettings),
+    "webhooks": (DatabaseSettings, TokenSettings, WebhookSettings),
     "grants": (DatabaseSettings,),
 }
 
@@ -406,6 +516,7 @@ def _add_operator_commands(commands: Any) -> None:
     suppressions.add_argument("address", nargs="?", help="the address to clear")
     suppressions.set_defaults(handler=cmd_suppressions)
     _add_keys(commands)
+    _add_webhooks(commands)
 
     grants = _command(
         commands,
@@ -444,6 +555,31 @@ def _add_keys(commands: Any) -> None:
         help="register the key held in this environment variable (made with `notifier keys "
         "generate`) instead of a new one; registering it again is a no-op (for deployments)",
     )
+    create.add_argument(
+        "--return-url",
+        action="append",
+        metavar="PREFIX",
+        help="narrow where this key's verifications may send people back to after Confirm "
+        "to these prefixes within NOTIFIER_RETURN_URLS (repeat for several)",
+    )
+    narrow = key_actions.add_parser(
+        "return-urls",
+        help="narrow (or, with no prefix, widen again) a key's return URLs",
+        description="Where the verifications this key requests may send people back to: "
+        "prefixes within NOTIFIER_RETURN_URLS; none: all of it.",
+    )
+    narrow.add_argument("id", help="the key's id")
+    narrow.add_argument("prefix", nargs="*", help="URL prefixes, e.g. https://app.example.com/")
+    secret = key_actions.add_parser(
+        "return-secret",
+        help="print what an app checks its return redirects' signatures with",
+        description="For each NOTIFIER_TOKEN_SECRET (newest first): its key id and the "
+        "base64url secret the redirects after Confirm of this key's verifications are "
+        "signed with (see the README's scheme; Python apps call notifier.check_return).",
+    )
+    secret.add_argument(
+        "id", nargs="?", help="the key's id (none: verifications made with the library call)"
+    )
     listing = key_actions.add_parser(
         "list", help="every key: id, name, scopes, use, state", description="Every API key."
     )
@@ -461,6 +597,40 @@ def _add_keys(commands: Any) -> None:
         "`keys create NAME --key-from-env VARIABLE`.",
     )
     keys.set_defaults(handler=cmd_keys)
+
+
+def _add_webhooks(commands: Any) -> None:
+    hooks = _command(
+        commands,
+        "webhooks",
+        "the app's webhook endpoints: add (secret shown once), list, remove, rotate, enable",
+        "Endpoints that receive events (Standard Webhooks v1, signed). Each gets its own "
+        "secret, derived from NOTIFIER_TOKEN_SECRET and never stored.",
+    )
+    actions = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser(
+        "add",
+        help="register an endpoint; prints its id and secret (once)",
+        description="Register an https endpoint (every address it resolves to must be public "
+        "unless NOTIFIER_WEBHOOK_ALLOW_PRIVATE); prints its id, then its whsec_ secret.",
+    )
+    add.add_argument("url")
+    add.add_argument(
+        "--events", metavar="TYPE,...", help="only these event types (default: every type)"
+    )
+    add.add_argument("--description", help="who it is for")
+    listing = actions.add_parser("list", help="every endpoint and its health")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    for name, summary in (
+        ("remove", "remove an endpoint, with its deliveries"),
+        ("rotate", "a new secret (printed once); the old one signs beside it for a while"),
+        ("enable", "enable a disabled endpoint; its waiting deliveries go out"),
+    ):
+        action = actions.add_parser(
+            name, help=summary, description=summary[0].upper() + summary[1:] + "."
+        )
+        action.add_argument("id", help="the endpoint's id")
+    hooks.set_defaults(handler=cmd_webhooks)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -17,6 +17,7 @@ from notifier import settings_values as parse
 from notifier import tokens
 from notifier.errors import ConfigError
 from notifier.mailbox_providers import SHARED_DOMAINS
+from notifier.return_urls import ReturnUrls
 from notifier.settings_spec import Env, load, setting
 
 G = TypeVar("G", bound="Group")
@@ -244,8 +245,8 @@ class WorkerSettings(Group):
         parse.integer(1, 1024),
         None,
         "The most sends in flight to one recipient domain per worker process. A domain starts "
-        "with two and gains one per quick send, halves after a slow one; its other rows wait "
-        "holding no slot, so no slow domain holds every send slot.",
+        "with one and gains half as many again per quick send, halves after a slow one; its "
+        "other rows wait holding no slot, so no slow domain holds every send slot.",
         default_text="three quarters of NOTIFIER_CONCURRENCY, at least 1",
     )
     batch_size: int = setting(
@@ -442,6 +443,15 @@ class RequestSettings(Group):
         5,
         "Attempts per delivery before it fails (stored on each new delivery).",
     )
+    return_urls: ReturnUrls = setting(
+        "NOTIFIER_RETURN_URLS",
+        ReturnUrls.parse,
+        ReturnUrls(),
+        "Where a person may be sent back to after Confirm: URL prefixes (scheme, host or "
+        "*.domain, port, path), comma-separated; a return_to under none of them is refused "
+        "(422). An API key may narrow them (`keys create --return-url`).",
+        default_text="none (return_to refused)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +546,14 @@ class RetentionSettings(Group):
         "Time after a delivery finished before it is deleted.",
         unit="s",
     )
+    event_retention: float = setting(
+        "NOTIFIER_EVENT_RETENTION",
+        parse.seconds(3600, 3650 * DAY),
+        7 * DAY,
+        "Time events stay in the feed (GET /v1/events) before cleanup deletes them; one "
+        "still owed to a webhook endpoint stays until it is delivered or dead.",
+        unit="s",
+    )
     batch: int = setting(
         "NOTIFIER_CLEANUP_BATCH",
         parse.integer(1, 100_000),
@@ -553,6 +571,72 @@ class RetentionSettings(Group):
     def check(self) -> None:
         if self.scrub_after > self.retention:
             raise ConfigError("NOTIFIER_SCRUB_AFTER", "must not exceed NOTIFIER_RETENTION")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings(Group):
+    """How workers deliver events to the app's webhook endpoints (Standard Webhooks)."""
+
+    concurrency: int = setting(
+        "NOTIFIER_WEBHOOK_CONCURRENCY",
+        parse.integer(1, 1024),
+        8,
+        "Webhook requests in flight per worker process, apart from its email sends: a slow "
+        "receiver never delays an email.",
+    )
+    endpoint_concurrency: int = setting(
+        "NOTIFIER_WEBHOOK_ENDPOINT_CONCURRENCY",
+        parse.integer(1, 1024),
+        4,
+        "Webhook requests in flight to one endpoint across every worker, so one slow or dead "
+        "endpoint never holds every webhook slot.",
+    )
+    timeout: float = setting(
+        "NOTIFIER_WEBHOOK_TIMEOUT",
+        parse.seconds(0.1, 120),
+        15.0,
+        "The longest a webhook request may take, connecting to reading the answer; past it, "
+        "the outcome is unknown (retried: the receiver may have it).",
+        unit="s",
+    )
+    retry_schedule: tuple[float, ...] = setting(
+        "NOTIFIER_WEBHOOK_RETRY_SCHEDULE",
+        parse.schedule,
+        (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 50400.0, 72000.0, 86400.0),
+        "The waits before each retry of a failed webhook (s, m, h or d), about three days in "
+        "all; after the last, the delivery is dead (shown in the console, and replayable).",
+        default_text="5s,5m,30m,2h,5h,10h,14h,20h,24h",
+    )
+    disable_after: float = setting(
+        "NOTIFIER_WEBHOOK_DISABLE_AFTER",
+        parse.seconds(60, 365 * DAY),
+        5 * DAY,
+        "An endpoint every delivery to which failed for this long is disabled (logged, "
+        "counted, shown in the console) until `notifier webhooks enable`.",
+        unit="s",
+    )
+    rotation_overlap: float = setting(
+        "NOTIFIER_WEBHOOK_ROTATION_OVERLAP",
+        parse.seconds(0, 30 * DAY),
+        DAY,
+        "After `notifier webhooks rotate`, how long the old secret signs beside the new one.",
+        unit="s",
+    )
+    allow_private: bool = setting(
+        "NOTIFIER_WEBHOOK_ALLOW_PRIVATE",
+        parse.boolean,
+        False,
+        "Allow http:// endpoints and ones on loopback, private, link-local or metadata "
+        "addresses (tests, development, a receiver on the operator's own network).",
+    )
+    sweep_interval: float = setting(
+        "NOTIFIER_WEBHOOK_SWEEP_INTERVAL",
+        parse.seconds(0.01, 3600),
+        10.0,
+        "Time between the webhook sender's looks for due retries and lapsed leases (it is "
+        "woken at once by NOTIFY for new deliveries, and times its own retries).",
+        unit="s",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,6 +691,7 @@ GROUPS: tuple[type[Group], ...] = (
     SmtpSettings,
     MessageSettings,
     RetentionSettings,
+    WebhookSettings,
     Thresholds,
     LogSettings,
 )

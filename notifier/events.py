@@ -9,10 +9,13 @@ field an observer reads.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
 from notifier.outcomes import AttemptOutcome, DeliveryStatus, Discovery, Fate
+from notifier.webhook_outcomes import AttemptOutcome as WebhookOutcome
+from notifier.webhook_outcomes import DeliveryStatus as WebhookStatus
 
 # -- the worker's life --------------------------------------------------------------------------
 
@@ -166,6 +169,28 @@ class MalformedPayload:
     pid: int
 
 
+# -- webhooks ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttempted:
+    """One webhook request ended; `status` is its delivery's now (None: its lease was gone)."""
+
+    owner: str
+    id: int
+    endpoint_id: uuid.UUID
+    outcome: WebhookOutcome
+    status: WebhookStatus | None
+    seconds: float
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpointDisabled:
+    endpoint_id: uuid.UUID
+    reason: str
+
+
 WorkerEvent = (
     WorkerStarted
     | WorkerStopped
@@ -187,6 +212,8 @@ WorkerEvent = (
     | ListenerChecked
     | ListenerCheckSkipped
     | MalformedPayload
+    | WebhookAttempted
+    | WebhookEndpointDisabled
 )
 
 

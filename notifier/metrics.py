@@ -99,6 +99,24 @@ class WorkerMetrics:
             description="Rows handed back because their recipient domain already held its "
             "share of the send slots (NOTIFIER_DOMAIN_CONCURRENCY): a slow or busy domain",
         )
+        self.webhook_attempts = meter.create_counter(
+            "notifier.webhook.attempts",
+            unit="{attempt}",
+            description="Webhook requests by outcome (delivered, failed, unknown, gone, "
+            "throttled, refused)",
+        )
+        self.webhook_duration = meter.create_histogram(
+            "notifier.webhook.duration",
+            unit="s",
+            description="Time one webhook request took, connecting to the answer",
+            explicit_bucket_boundaries_advisory=list(LATENCY_BUCKETS),
+        )
+        self.webhook_endpoints_disabled = meter.create_counter(
+            "notifier.webhook.endpoints_disabled",
+            unit="{endpoint}",
+            description="Webhook endpoints disabled (410 Gone, or failing for "
+            "NOTIFIER_WEBHOOK_DISABLE_AFTER): `notifier webhooks enable` once it is fixed",
+        )
         self.unknown_token_keys = meter.create_counter(
             "notifier.unknown_token_keys",
             unit="{attempt}",
@@ -106,7 +124,21 @@ class WorkerMetrics:
             "(retried until the link expires): give every worker the API's secrets",
         )
 
+        # Events that only count (one each), by kind.
+        self._counted: dict[type, Any] = {
+            events.StaleCompletion: self.stale_completions,
+            events.ListenerLost: self.listener_reconnects,
+            events.ConfigurationProblem: self.configuration_problems,
+            events.UnknownTokenKey: self.unknown_token_keys,
+            events.Deferred: self.deferrals,
+            events.WebhookEndpointDisabled: self.webhook_endpoints_disabled,
+        }
+
     def notice(self, event: WorkerEvent) -> None:
+        counter = self._counted.get(type(event))
+        if counter is not None:
+            counter.add(1)
+            return
         match event:
             case events.Claimed(discovered_by=discovered_by, waited=waited):
                 self.claims.add(1, {"discovered_by": discovered_by})
@@ -120,16 +152,9 @@ class WorkerMetrics:
                     self.attempts.record(attempt)
             case events.Settled(fate=fate):
                 self.outcomes.add(1, {"outcome": "expired" if fate == "exhausted" else fate})
-            case events.StaleCompletion():
-                self.stale_completions.add(1)
-            case events.ListenerLost():
-                self.listener_reconnects.add(1)
-            case events.ConfigurationProblem():
-                self.configuration_problems.add(1)
-            case events.UnknownTokenKey():
-                self.unknown_token_keys.add(1)
-            case events.Deferred():
-                self.deferrals.add(1)
+            case events.WebhookAttempted(outcome=outcome, seconds=seconds):
+                self.webhook_attempts.add(1, {"outcome": outcome})
+                self.webhook_duration.record(seconds)
             case _:
                 pass  # the other events are not counted
 

@@ -24,17 +24,21 @@ from notifier.config import (
     RetentionSettings,
     SmtpSettings,
     TokenSettings,
+    WebhookSettings,
     WorkerSettings,
 )
 from notifier.delivery.mailer import Transport, transport_from_settings
 from notifier.delivery.messages import Templates
-from notifier.delivery.worker import Worker
+from notifier.delivery.webhooks.engine import CHANNEL as WEBHOOK_CHANNEL
+from notifier.delivery.webhooks.engine import WebhookWorker
+from notifier.delivery.worker import Worker, default_owner
 from notifier.errors import MigrationError
 from notifier.events import Events, Observer
 from notifier.metrics import QueueHealth, WorkerMetrics
 from notifier.storage import migrations
 from notifier.storage.connection import Pool
 from notifier.storage.database import ONE_SHOT_CACHE, connect, create_pool
+from notifier.storage.event_feed import run_lapse_sweeps
 from notifier.storage.maintenance import run_periodically
 from notifier.storage.stats import queue_figures
 from notifier.telemetry import Telemetry
@@ -61,11 +65,13 @@ class WorkerConfig:
     # The limits' window, which says when budget counters can be forgotten.
     requests: RequestSettings = field(default_factory=RequestSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
         return cls(
             database=DatabaseSettings.from_env(),
+            webhooks=WebhookSettings.from_env(),
             worker=WorkerSettings.from_env(),
             smtp=SmtpSettings.from_env(),
             tokens=TokenSettings.from_env(),
@@ -196,12 +202,16 @@ KEY_USAGE_FLUSH_SECONDS = 5.0
 
 
 async def run_api(
-    url: str, policy: Policy, settings: ApiSettings, database: DatabaseSettings | None = None
+    url: str,
+    policy: Policy,
+    settings: ApiSettings,
+    database: DatabaseSettings | None = None,
+    webhooks: WebhookSettings | None = None,
 ) -> None:
     """Serve the internal API and the public pages until SIGTERM or SIGINT."""
     database = database or DatabaseSettings()
     await require_current_schema(url)
-    http = HttpPlan(policy, settings, bind_listeners(settings))
+    http = HttpPlan(policy, settings, bind_listeners(settings), webhooks=webhooks)
     await serve(url, "notifier-api", database.statement_cache_size, http=http)
 
 
@@ -214,6 +224,7 @@ class HttpPlan:
     sockets: tuple[socket.socket, socket.socket]
     internal_routes: Callable[[Any], None] | None = None
     hosts: Sequence[str] | None = None
+    webhooks: WebhookSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,14 +252,16 @@ async def serve(
     API key usage, retention). A second signal exits at once."""
     telemetry = Telemetry.configure(service_name, prometheus=http is not None)
     pool = await create_pool(url, statement_cache_size=statement_cache_size)
-    services = None if http is None else Services.over(pool, http.policy)
+    services = None if http is None else Services.over(pool, http.policy, http.webhooks)
     listeners = [] if http is None or services is None else _listeners(services, http)
     transport = None if worker is None else worker.transport or _transport(worker.config)
     running = None if worker is None or transport is None else _worker(pool, worker, transport)
+    hooks = None if running is None or worker is None else _webhooks(pool, worker, running)
     try:
         async with anyio.create_task_group() as tg:
             stoppers = [lst.server.stop for lst in listeners] + [*also_stop]
-            tg.start_soon(stop_on_signals, ([running.stop] if running else []) + stoppers)
+            workers = [] if running is None or hooks is None else [running.stop, hooks.stop]
+            tg.start_soon(stop_on_signals, workers + stoppers)
             if http is not None or telemetry.meter_provider is not None:
                 health = QueueHealth(functools.partial(queue_figures, pool))
                 health.register_gauges()
@@ -258,9 +271,12 @@ async def serve(
             if running is not None and worker is not None:
                 window = worker.config.requests.resend_window
                 tg.start_soon(run_periodically, pool, worker.config.retention, window)
+                settings = worker.config.worker
+                tg.start_soon(run_lapse_sweeps, pool, settings.sweep_interval, settings.batch_size)
             async with anyio.create_task_group() as processes:
-                if running is not None:
+                if running is not None and hooks is not None:
                     await processes.start(running.run)
+                    await processes.start(hooks.run)
                 # The sockets are already listening: requests wait in their backlog.
                 for listener in listeners:
                     processes.start_soon(listener.server.serve, [listener.sock])
@@ -293,6 +309,19 @@ def _transport(config: WorkerConfig) -> Transport:
 def _worker(pool: Pool, plan: WorkerPlan, transport: Transport) -> Worker:
     observer = Events(WorkerMetrics(), *([plan.observer] if plan.observer is not None else []))
     return build_worker(plan.listen_url, pool, plan.config, transport, observer)
+
+
+def _webhooks(pool: Pool, plan: WorkerPlan, worker: Worker) -> WebhookWorker:
+    """The process's webhook sender, woken on the email worker's LISTEN connection."""
+    hooks = WebhookWorker(
+        pool=pool,
+        settings=plan.config.webhooks,
+        keys=worker.keys,
+        owner=default_owner("webhooks"),
+        observer=worker.observer,
+    )
+    worker.listener.also_listen(WEBHOOK_CHANNEL, hooks.wake)
+    return hooks
 
 
 async def stop_on_signals(stoppers: list[Callable[[], None]]) -> None:

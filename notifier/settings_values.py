@@ -144,3 +144,24 @@ def domains(raw: str) -> frozenset[str]:
     if any(not d.isascii() or "." not in d or any(c in d for c in " @/") for d in domains):
         raise ValueError("must be comma-separated domains in ASCII (IDNA) form, like gmail.com")
     return domains
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def schedule(raw: str) -> tuple[float, ...]:
+    """Waits such as "5s,5m,30m,2h" (a bare number is seconds), in order."""
+    waits = []
+    for part in (p.strip() for p in raw.split(",")):
+        unit = _UNITS.get(part[-1:])
+        number = part[:-1] if unit is not None else part
+        try:
+            value = float(number) * (unit or 1.0)
+        except ValueError:
+            raise ValueError("must be waits such as 5s,5m,30m,2h,1d, comma-separated") from None
+        if not 0 <= value <= 30 * 86400:
+            raise ValueError("each wait must be between 0 and 30 days")
+        waits.append(value)
+    if not 1 <= len(waits) <= 50:
+        raise ValueError("must list between 1 and 50 waits")
+    return tuple(waits)

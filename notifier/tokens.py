@@ -75,6 +75,7 @@ class TokenKeys:
             raise ValueError("at least one secret is required")
         self._by_id = {key_id(s): s.encode() for s in secrets_newest_first}
         self.current_key_id = key_id(secrets_newest_first[0])
+        self.key_ids_newest_first = tuple(self._by_id)
 
     def knows(self, token: str) -> bool:
         """Whether `token` was made with a secret still configured: removing a secret from
@@ -118,6 +119,15 @@ class TokenKeys:
         """`digest(context, data)` under every configured secret: what a value stored before
         a rotation may be, while its secret is kept."""
         return [self._digest(kid, context, data) for kid in self._by_id]
+
+    def derived_key(self, kid: str, context: bytes, data: bytes) -> bytes:
+        """A secret of its own for one `context` and `data` (a webhook endpoint's signing
+        key, a client's return secret), derived from secret `kid`: it can be handed out
+        without revealing the secret, and a dump of what it was derived from cannot make
+        it. UnknownKeyError once `kid` is no longer configured."""
+        if kid not in self._by_id:
+            raise UnknownKeyError(kid)
+        return self._digest(kid, context, data)
 
     def _digest(self, kid: str, context: bytes, data: bytes) -> bytes:
         return hmac.new(self._by_id[kid], context + b"\x00" + data, hashlib.sha256).digest()

@@ -348,6 +348,8 @@ class Confirmation:
     renewed_here: bool = False
     # No later verification was asked for its user and purpose (to any address).
     newest_for_user: bool = True
+    # Where the person goes back to after Confirm (checked when it was stored), if anywhere.
+    return_to: str | None = None
 
     def renewable(self, horizon: float) -> bool:
         """Whether its page may send one fresh link: only an expired link, never replaced

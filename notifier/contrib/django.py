@@ -29,6 +29,7 @@ def request_verification(
     policy: Policy | None = None,
     client_id: str | None = None,
     locale: str | None = None,
+    return_to: str | None = None,
     using: str = "default",
 ) -> VerificationResult:
     """notifier.request_verification on `connections[using]`, in the atomic block there."""
@@ -41,4 +42,5 @@ def request_verification(
         policy=policy,
         client_id=client_id,
         locale=locale,
+        return_to=return_to,
     )

@@ -79,6 +79,13 @@ def parse_payload(payload: str) -> list[int] | str | None:
     return ids
 
 
+def _ignoring_payload(callback: Callable[[], None]) -> Callable[[object, int, str, str], None]:
+    def on_notification(conn: object, pid: int, channel: str, payload: str) -> None:
+        callback()
+
+    return on_notification
+
+
 class Listener:
     """Owns the LISTEN connection for as long as `run()` runs.
 
@@ -114,6 +121,14 @@ class Listener:
         self._started = False
         # Cleared when the server refuses the keepalive settings (PgBouncer does).
         self._keepalives = True
+        # Other channels heard on the same connection: each one's callback runs on every
+        # notification, and after every (re)connection (what was missed meanwhile).
+        self._also: dict[str, Callable[[], None]] = {}
+
+    def also_listen(self, channel: str, on_notification: Callable[[], None]) -> None:
+        """Listen on `channel` too (before `run()`), calling `on_notification` for each
+        notification on it and after every LISTEN, whatever its payload."""
+        self._also[channel] = on_notification
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; `task_status.started()` follows the first LISTEN."""
@@ -175,9 +190,13 @@ class Listener:
         lost = anyio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(CHANNEL, self._on_notification)
+        for channel, callback in self._also.items():
+            await conn.add_listener(channel, _ignoring_payload(callback))
         self.connection = conn
         server = await conn.fetchrow(sql("server_address"))
         self.on_connected()
+        for callback in self._also.values():
+            callback()
         where = f"{server['host']}:{server['port']}" if server["host"] else describe(self.url)
         log.info(
             "listening on %s (server backend %d); sweeping for rows committed while not listening",

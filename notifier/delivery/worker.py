@@ -14,7 +14,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -34,6 +34,7 @@ from notifier.delivery.mailer import SendResult, Transport
 from notifier.delivery.messages import Templates
 from notifier.delivery.retries import Backoff
 from notifier.delivery.send_gate import Flight, SendGate
+from notifier.delivery.shielded import CLEANUP_TIMEOUT_SECONDS, persisted
 from notifier.events import Events, Observer
 from notifier.outcomes import AttemptOutcome, Discovery, Sendability, judge
 from notifier.redact import redact_spellings
@@ -52,11 +53,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A completion or release that cannot reach the database is retried after these delays
-# (seconds); if all fail, the lease expires and the row is retried by whoever claims it next.
-COMPLETION_RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 4.0)
-# Upper bound on one release or completion statement during shutdown, seconds.
-CLEANUP_TIMEOUT_SECONDS = 10.0
 # After a failed claim (database unreachable) the claimer waits this long, seconds.
 CLAIM_ERROR_BACKOFF_SECONDS = 0.5
 # Sweeps are spread by this fraction so a fleet of workers does not sweep in lockstep.
@@ -82,32 +78,6 @@ class _Claim:
 
     trace: ClaimTrace
     sent_at: float
-
-
-async def _persisted(statement: Callable[[], Awaitable[T]]) -> T | Exception:
-    """What `statement` answered, or the last error once every try failed.
-
-    Each try is shielded, so shutdown cannot drop it, and bounded by
-    CLEANUP_TIMEOUT_SECONDS in the same scope (cheaper than a shielded scope around
-    fail_after, and this runs once per delivery); tries follow COMPLETION_RETRY_DELAYS.
-    """
-    error: Exception | None = None
-    for delay in (*COMPLETION_RETRY_DELAYS, None):
-        deadline = anyio.current_time() + CLEANUP_TIMEOUT_SECONDS
-        error = None
-        with anyio.CancelScope(shield=True, deadline=deadline) as attempt:
-            try:
-                return await statement()
-            except Exception as exc:
-                error = exc
-        if error is None and attempt.cancelled_caught:
-            error = TimeoutError(f"no answer within {CLEANUP_TIMEOUT_SECONDS:.0f}s")
-        if delay is None:
-            break
-        with anyio.CancelScope(shield=True):
-            await anyio.sleep(delay)
-    assert error is not None
-    return error
 
 
 class Worker:
@@ -434,7 +404,7 @@ class Worker:
         for held, delay in crowded:
             by_delay.setdefault(round(delay, 1), []).append(held)
         for delay, batch in by_delay.items():
-            answer = await _persisted(functools.partial(self.leases.defer, batch, delay))
+            answer = await persisted(functools.partial(self.leases.defer, batch, delay))
             if isinstance(answer, Exception):
                 log.warning("could not hand back deliveries to a busy domain (%s)", answer)
                 continue
@@ -633,7 +603,7 @@ class Worker:
         # lease expires.
         settle = {"notifier.outcome": completion.outcome, "messaging.operation.type": "settle"}
         with child_span(f"settle {DESTINATION}", settle) as span:
-            done = await _persisted(lambda: self._completer.submit(completion))
+            done = await persisted(lambda: self._completer.submit(completion))
             if isinstance(done, Exception):
                 log.error(
                     "could not record the %s outcome of delivery %d (%s); its lease "
@@ -703,7 +673,7 @@ class Worker:
         """
         if not held:
             return
-        answer = await _persisted(lambda: self.leases.release(held))
+        answer = await persisted(lambda: self.leases.release(held))
         if isinstance(answer, Exception):
             log.warning(
                 "could not release deliveries %s (%s); their leases will expire",

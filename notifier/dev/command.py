@@ -26,6 +26,7 @@ from notifier.config import (
     RequestSettings,
     SmtpSettings,
     TokenSettings,
+    WebhookSettings,
     WorkerSettings,
 )
 from notifier.delivery.mailer import SmtpTransport
@@ -118,11 +119,14 @@ async def run_dev(
     # Kept beside the embedded database, so mail survives a restart as the data does.
     inbox = Inbox(database.data_dir / INBOX_DIRECTORY)
     smtp = _smtp(await inbox.start())
+    # On one developer's machine, a webhook receiver is on loopback too.
+    webhooks = dataclasses.replace(WebhookSettings.from_env(), allow_private=True)
     worker = WorkerConfig(
         worker=dataclasses.replace(WorkerSettings.from_env(), transport="smtp"),
         smtp=smtp,
         tokens=tokens,
         templates=Templates.from_env(),
+        webhooks=webhooks,
     )
     policy = Policy.from_settings(
         tokens, RequestSettings.from_env(), message_id_domain=smtp.id_domain
@@ -135,6 +139,7 @@ async def run_dev(
             app, inbox, database.data_dir / API_KEY_FILE
         ),
         hosts=None if allow_remote else LOOPBACK_NAMES,
+        webhooks=webhooks,
     )
 
     def ready(listeners: list[Listener]) -> None:

@@ -21,6 +21,7 @@ from notifier.apikeys import (
     generate,
     parse,
 )
+from notifier.return_urls import Prefix
 from notifier.storage.connection import Runner
 from notifier.storage.queries import sql
 
@@ -32,15 +33,25 @@ CACHE_SECONDS = 1.0
 # -- the store: what the CLI does -------------------------------------------------------------
 
 
-async def create(conn: Runner, name: str, scopes: Sequence[str], key: str | None = None) -> NewKey:
-    """Register a new key (or `key`, made elsewhere with `generate`) under `name`.
+async def create(
+    conn: Runner,
+    name: str,
+    scopes: Sequence[str],
+    key: str | None = None,
+    return_urls: Sequence[str] | None = None,
+) -> NewKey:
+    """Register a new key (or `key`, made elsewhere with `generate`) under `name`, narrowed
+    to `return_urls` (URL prefixes within NOTIFIER_RETURN_URLS; None: all of that list).
 
     Registering the same `key` again with the same name is a no-op, so a deployment can
     provision its key on every start; a different key with a taken id is refused.
     """
     name, wanted = check_name(name), check_scopes(scopes)
+    prefixes = check_return_urls(return_urls)
     new = parse(key) if key is not None else generate()
-    row = await conn.fetchrow(sql("api_key_insert"), new.id, name, list(wanted), new.secret_hash)
+    row = await conn.fetchrow(
+        sql("api_key_insert"), new.id, name, list(wanted), new.secret_hash, prefixes
+    )
     if row is not None:
         return new
     existing = await conn.fetchrow(sql("api_key_by_id"), new.id)
@@ -58,6 +69,23 @@ async def create(conn: Runner, name: str, scopes: Sequence[str], key: str | None
             "revoke it and register a new key to change them"
         )
     return new
+
+
+def check_return_urls(return_urls: Sequence[str] | None) -> list[str] | None:
+    """`return_urls` as stored (each prefix in its plain form), or ApiKeyError."""
+    if return_urls is None:
+        return None
+    try:
+        return [str(Prefix.parse(p)) for p in return_urls]
+    except ValueError as exc:
+        raise ApiKeyError(f"--return-url: {exc}") from None
+
+
+async def set_return_urls(conn: Runner, key_id: str, return_urls: Sequence[str] | None) -> None:
+    """Narrow `key_id` to `return_urls` (None: NOTIFIER_RETURN_URLS as it is again)."""
+    prefixes = check_return_urls(return_urls)
+    if await conn.fetchval(sql("api_key_return_urls"), key_id.strip(), prefixes) is None:
+        raise ApiKeyError(f"no key has the id {key_id!r}")
 
 
 async def listing(conn: Runner) -> list[dict[str, Any]]:
@@ -145,7 +173,13 @@ class KeyRing:
         if row is None or row["revoked"]:
             entry = _Cached(None, None, now)
         else:
-            principal = Principal(row["id"], row["name"], frozenset(row["scopes"]))
+            urls = row["return_urls"]
+            principal = Principal(
+                row["id"],
+                row["name"],
+                frozenset(row["scopes"]),
+                None if urls is None else tuple(urls),
+            )
             entry = _Cached(
                 principal,
                 bytes(row["secret_hash"]),

@@ -1,6 +1,6 @@
 """Retention: scrub what finished deliveries say of people, then delete them, expire
-suppressions and forget spent budget counters and expired sessions' sign-outs, all in
-bounded batches."""
+suppressions and forget spent budget counters, expired sessions' sign-outs and old events,
+all in bounded batches."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class CleanupReport:
     suppressions_expired: int = 0
     counters_forgotten: int = 0
     sign_outs_forgotten: int = 0
+    events_forgotten: int = 0
     skipped: bool = False  # another process held the maintenance lock
 
 
@@ -52,6 +53,8 @@ async def cleanup(pool: Pool, settings: RetentionSettings, budget_window: float)
         suppressions_expired=await _batches(pool, "expire_suppressions", None, batch) or 0,
         counters_forgotten=await _batches(pool, "forget_request_counts", budget_window, batch) or 0,
         sign_outs_forgotten=await _batches(pool, "forget_session_sign_outs", None, batch) or 0,
+        events_forgotten=await _batches(pool, "forget_events", settings.event_retention, batch)
+        or 0,
     )
     if report.scrubbed or report.deleted or report.suppressions_expired:
         log.info(

@@ -5,17 +5,18 @@ API's), and confirming its token.
 A request is validated (notifier.verifications) and given its token material here, in
 Python, once for every driver; the verification and its outbox row are then written by one
 statement that also honours the idempotency key, suppression, the limits and supersession
-(schema request_v3): one round trip, run by the driver's runner (storage.drivers).
+(schema request_v4): one round trip, run by the driver's runner (storage.drivers).
 """
 
 from __future__ import annotations
 
 import hmac
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from notifier.return_urls import InvalidReturn
 from notifier.storage.connection import Runner
 from notifier.storage.drivers import (
     AsyncRunner,
@@ -31,6 +32,7 @@ from notifier.verifications import (
     Budgets,
     Confirmation,
     IdempotencyConflict,
+    InvalidRequest,
     NotInTransaction,
     Policy,
     Suppressed,
@@ -55,6 +57,7 @@ class _Prepared:
     idempotency_key: str | None
     client_id: str | None
     replaces: uuid.UUID | None
+    return_to: str | None
 
     @classmethod
     def of(
@@ -68,14 +71,25 @@ class _Prepared:
         client_id: str | None = None,
         locale: str | None = None,
         replaces: uuid.UUID | None = None,
+        return_to: str | None = None,
+        key_return_urls: Sequence[str] | None = None,
+        kept_return_to: str | None = None,
     ) -> _Prepared:
-        """InvalidRequest for anything malformed, before anything is sent."""
+        """InvalidRequest for anything malformed, before anything is sent. `return_to` is
+        checked against NOTIFIER_RETURN_URLS (and `key_return_urls`, the calling API key's
+        narrowing of them); `kept_return_to` is a resend's, stored as its verification had
+        it."""
         policy = policy or _env_policy()
         request = VerificationRequest.parse(
             user_id, email, purpose, policy.limits.subaddress_separators, locale
         )
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
+        if return_to is not None:
+            try:
+                kept_return_to = policy.limits.return_urls.check(return_to, key_return_urls)
+            except InvalidReturn as exc:
+                raise InvalidRequest("return_to", str(exc)) from None
         verification_id = uuid.uuid4()
         return cls(
             request,
@@ -86,10 +100,11 @@ class _Prepared:
             idempotency_key,
             client_id,
             replaces,
+            kept_return_to,
         )
 
     def values(self, traceparent: str | None, tracestate: str | None) -> list[object]:
-        """request_v3's arguments, in the order the statement binds them. Ids go as text,
+        """request_v4's arguments, in the order the statement binds them. Ids go as text,
         which every driver sends alike (the statement casts them)."""
         request, policy, limits, budgets = (
             self.request,
@@ -127,11 +142,12 @@ class _Prepared:
                 "p_budget_limits": budgets.limits,
                 "p_slice": budgets.slice_seconds,
                 "p_replaces": None if self.replaces is None else str(self.replaces),
+                "p_return_to": self.return_to,
             },
         )
 
 
-# The one statement every driver runs (schema request_v3): one round trip in the caller's
+# The one statement every driver runs (schema request_v4): one round trip in the caller's
 # transaction; a refusal comes back as a row and writes nothing.
 STATEMENT = "request_verification"
 
@@ -190,6 +206,7 @@ async def request_verification(
     client_id: str | None = None,
     locale: str | None = None,
     replaces: uuid.UUID | None = None,
+    return_to: str | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn` (an asyncpg
     Connection, a psycopg AsyncConnection, a SQLAlchemy AsyncConnection or AsyncSession).
@@ -205,6 +222,9 @@ async def request_verification(
     keys are scoped to it, so two clients using the same key never collide, and a request
     supersedes only that client's earlier verifications of the recipient, and `replaces`
     (a console resend: a support key replacing the app's failed verification).
+    `return_to` is where the person goes back to after Confirm, with a signed outcome
+    (notifier.check_return); it must be under NOTIFIER_RETURN_URLS, else InvalidRequest.
+    Resends keep it.
     """
     runner = async_runner(conn)
     if not await runner.in_transaction():
@@ -221,6 +241,7 @@ async def request_verification(
         client_id=client_id,
         locale=locale,
         replaces=replaces,
+        return_to=return_to,
     )
 
 
@@ -234,6 +255,7 @@ def request_verification_sync(
     policy: Policy | None = None,
     client_id: str | None = None,
     locale: str | None = None,
+    return_to: str | None = None,
 ) -> VerificationResult:
     """`request_verification` on a sync connection (a psycopg Connection, a SQLAlchemy
     Connection or Session), inside the caller's transaction; the same arguments, result and
@@ -248,6 +270,7 @@ def request_verification_sync(
         policy=policy,
         client_id=client_id,
         locale=locale,
+        return_to=return_to,
     )
 
 
@@ -267,7 +290,7 @@ def _note(span: Any, row: Mapping[str, Any]) -> None:
 
 
 def _answer(row: Mapping[str, Any]) -> VerificationResult:
-    """What request_v3's row means: a result, or the refusal raised as its error."""
+    """What request_v4's row means: a result, or the refusal raised as its error."""
     match row["result"]:
         case "accepted":
             return VerificationResult(uuid.UUID(row["id"]), "pending", row["expires_at"])
@@ -280,7 +303,7 @@ def _answer(row: Mapping[str, Any]) -> VerificationResult:
         case "throttled":
             raise Throttled(row["retry_after"], row["limit_scope"])
         case unknown:
-            raise RuntimeError(f"request_v3 answered {unknown!r}")
+            raise RuntimeError(f"request_v4 answered {unknown!r}")
 
 
 _cached_policy: Policy | None = None
@@ -318,6 +341,7 @@ async def confirm(conn: Runner, token: str, *, apply: bool, keys: TokenKeys) -> 
         "user_verified": row["user_verified"],
         "client_valid": row["client_valid"],
         "newest_for_user": row["newest_for_user"],
+        "return_to": row["return_to"],
     }
     if row["confirmed_now"]:
         return Confirmation("verified", row["id"], **recipient)

@@ -22,14 +22,14 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: request_verification
--- request_v3's parameters by name (schema/0014_fair_limits_and_exact_suppressions.sql), each
+-- request_v4's parameters by name (schema/0015_events_webhooks_return_urls.sql), each
 -- cast to its type, so every driver sends the same statement whatever it infers from a
 -- value (an empty list, a uuid given as text). A whole verification request in one
 -- statement: idempotency, suppression, the limits, the verification and its outbox row (the
--- NOTIFY trigger), the budgets, supersession. One row: result (accepted, replayed,
--- conflict, suppressed, throttled), and what goes with it.
+-- NOTIFY trigger), the budgets, supersession, and the events of them. One row: result
+-- (accepted, replayed, conflict, suppressed, throttled), and what goes with it.
 SELECT result, id::text AS id, status, expires_at, outbox_id, retry_after, limit_scope
-FROM notifier.request_v3(
+FROM notifier.request_v4(
     p_id => $1::uuid, p_user_id => $2::text, p_email => $3::text, p_mailbox => $4::text,
     p_suppression_key => $5::text, p_purpose => $6::text, p_locale => $7::text,
     p_token_key_id => $8::text, p_token_nonce => $9::bytea, p_token_hash => $10::bytea,
@@ -38,13 +38,15 @@ FROM notifier.request_v3(
     p_fingerprint => $17::bytea, p_known_fingerprints => $18::bytea[],
     p_idempotency_ttl => $19::float8, p_client_id => $20::text, p_resend_limit => $21::int,
     p_window => $22::float8, p_budget_scopes => $23::text[], p_budget_subjects => $24::bytea[],
-    p_budget_limits => $25::int[], p_slice => $26::float8, p_replaces => $27::uuid);
+    p_budget_limits => $25::int[], p_slice => $26::float8, p_replaces => $27::uuid,
+    p_return_to => $28::text);
 
 -- name: confirm_token
 -- $1: token hash, $2: apply (true: confirm a live link; false: only say what it would do,
 -- as GET must never confirm). The verification's state afterwards, read in a statement of
--- its own (confirm_v1, schema 0014); no row: no such token.
-SELECT * FROM notifier.confirm_v1(p_token_hash => $1, p_apply => $2);
+-- its own (confirm_v2, schema 0015: with the return_to its resends keep); no row: no such
+-- token.
+SELECT * FROM notifier.confirm_v2(p_token_hash => $1, p_apply => $2);
 
 -- name: verification_status
 -- $1: verification id. Delivery status and verification state, for GET /v1/verifications/{id},
@@ -91,9 +93,10 @@ ORDER BY suppressed_at DESC;
 DELETE FROM notifier.suppressed_addresses WHERE email = $1 RETURNING email;
 
 -- name: api_key_insert
--- $1: key id, $2: name, $3: scopes, $4: SHA-256 of the key. No row back: the id is taken.
-INSERT INTO notifier.api_keys (id, name, scopes, secret_hash)
-VALUES ($1, $2, $3::notifier.api_scope[], $4)
+-- $1: key id, $2: name, $3: scopes, $4: SHA-256 of the key, $5: its return URL prefixes
+-- (NULL: NOTIFIER_RETURN_URLS as it is). No row back: the id is taken.
+INSERT INTO notifier.api_keys (id, name, scopes, secret_hash, return_urls)
+VALUES ($1, $2, $3::notifier.api_scope[], $4, $5::text[])
 ON CONFLICT (id) DO NOTHING
 RETURNING id, name, scopes::text[] AS scopes, created_at;
 
@@ -101,6 +104,7 @@ RETURNING id, name, scopes::text[] AS scopes, created_at;
 -- $1: key id. What authenticating a request needs; no row: no such key. signed_out: the
 -- sessions of this key signed out one by one (by when they were issued, epoch ms).
 SELECT id, name, scopes::text[] AS scopes, secret_hash, revoked_at IS NOT NULL AS revoked,
+       return_urls,
        extract(epoch FROM sessions_valid_after)::float8 AS sessions_valid_after,
        ARRAY(SELECT s.issued_ms FROM notifier.session_sign_outs s
              WHERE s.key_id = k.id AND s.expires_at > now()) AS signed_out
@@ -131,9 +135,14 @@ SELECT count(*) FROM deleted;
 
 -- name: api_keys
 -- No parameters. Every key, newest first; never the hash.
-SELECT id, name, scopes::text[] AS scopes, created_at, last_used_at, revoked_at
+SELECT id, name, scopes::text[] AS scopes, return_urls, created_at, last_used_at, revoked_at
 FROM notifier.api_keys
 ORDER BY created_at DESC, id;
+
+-- name: api_key_return_urls
+-- $1: key id, $2: its return URL prefixes (NULL: NOTIFIER_RETURN_URLS as it is). Returns
+-- whether the key exists.
+UPDATE notifier.api_keys SET return_urls = $2::text[] WHERE id = $1 RETURNING id;
 
 -- name: api_key_revoke
 -- $1: key id. Returns whether the key existed; revoking twice keeps the first time.
@@ -406,7 +415,7 @@ LIMIT $2;
 -- $1: verification id. Everything the console shows of one delivery, and what resending it
 -- needs; never the token or its hash.
 SELECT v.id, v.user_id, v.email, v.mailbox, v.purpose, v.locale, v.client_id, v.created_at,
-       v.expires_at, v.verified_at, v.superseded_at, v.scrubbed_at,
+       v.expires_at, v.verified_at, v.superseded_at, v.scrubbed_at, v.return_to,
        o.status, o.attempts, o.max_attempts, o.unknown_outcomes, o.next_attempt_at,
        o.last_outcome, o.last_error, o.completed_at, o.message_id, o.traceparent
 FROM notifier.verifications v
@@ -453,7 +462,8 @@ LIMIT $1;
 -- servers' words about them (attempt details, the last error, the provider's reply, and
 -- the reason of a suppression one of them caused, which keeps its code). The suppression
 -- itself stays until it expires: it is what keeps that address from being mailed. One
--- bounded batch per call; returns how many were scrubbed.
+-- bounded batch per call; returns how many were scrubbed. Their events' user ids are
+-- redacted with them.
 WITH batch AS (
     SELECT v.id, o.id AS outbox_id
     FROM notifier.email_outbox o
@@ -493,6 +503,12 @@ WITH batch AS (
     SET reason = 'the recipient''s server refused the address for good ([scrubbed])'
     FROM batch b
     WHERE s.outbox_id = b.outbox_id
+), said AS (
+    -- Its events name its user too.
+    UPDATE notifier.events e
+    SET data = e.data || jsonb_build_object('user_id', left(e.data ->> 'user_id', 1) || '***')
+    FROM batch b
+    WHERE e.verification_id = b.id AND e.data ? 'user_id'
 )
 SELECT count(*) FROM scrubbed;
 
@@ -547,3 +563,189 @@ SELECT count(*) FROM deleted;
 -- $1: advisory lock key. One maintenance batch at a time across every worker; held until
 -- the batch's transaction ends, so no session state is left behind (poolers).
 SELECT pg_try_advisory_xact_lock($1);
+
+-- name: forget_events
+-- $1: age (seconds), $2: batch size. Deletes events older than $1 seconds whose webhook
+-- deliveries have all ended (their deliveries and attempts go with them), one bounded
+-- batch per call: an event still owed to an endpoint stays until it is delivered or dead.
+WITH batch AS (
+    SELECT e.id FROM notifier.events e
+    WHERE e.occurred_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM notifier.webhook_deliveries d
+                      WHERE d.event_id = e.id AND d.status IN ('pending', 'sending'))
+    ORDER BY e.occurred_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM notifier.events e USING batch b WHERE e.id = b.id RETURNING 1
+)
+SELECT count(*) FROM deleted;
+
+-- name: mark_lapsed
+-- $1: batch size. Links that expired unconfirmed and unreplaced are marked lapsed, which
+-- writes their verification.expired event (schema 0015), one bounded batch per call; returns
+-- how many.
+WITH batch AS (
+    SELECT v.id FROM notifier.verifications v
+    WHERE v.expires_at <= now() AND v.verified_at IS NULL AND v.superseded_at IS NULL
+      AND v.lapsed_at IS NULL
+    ORDER BY v.expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), lapsed AS (
+    UPDATE notifier.verifications v SET lapsed_at = now()
+    FROM batch b WHERE v.id = b.id
+    RETURNING 1
+)
+SELECT count(*) FROM lapsed;
+
+-- name: events_after
+-- $1: the cursor's transaction, $2: the cursor's event id, $3: most events. The feed: events
+-- after the cursor in commit order (by writing transaction, then id), only from transactions
+-- older than every one still open, so no event can later appear before what was read: no
+-- gaps and no repeats for a reader resuming from its cursor.
+SELECT e.id, e.uid, e.tx::text AS tx, e.type, e.verification_id, e.occurred_at, e.data
+FROM notifier.events e
+WHERE (e.tx, e.id) > ($1::xid8, $2::bigint)
+  AND e.tx < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY e.tx, e.id
+LIMIT $3;
+
+-- name: events_of_verification
+-- $1: verification id. Its events, oldest first (the console's page of it).
+SELECT e.id, e.uid, e.type, e.verification_id, e.occurred_at, e.data
+FROM notifier.events e
+WHERE e.verification_id = $1
+ORDER BY e.id;
+
+-- name: webhook_endpoint_insert
+-- $1: url, $2: event types (NULL: every type), $3: description, $4: secret key id,
+-- $5: secret nonce. The endpoint, as listed.
+INSERT INTO notifier.webhook_endpoints (url, event_types, description, secret_key_id,
+                                        secret_nonce)
+VALUES ($1, $2::text[], $3, $4, $5)
+RETURNING id, url, event_types, description, created_at, failing_since, last_success_at,
+          last_failure_at, disabled_at, disabled_reason, secret_key_id, previous_key_id,
+          previous_until, 0::bigint AS pending, 0::bigint AS dead;
+
+-- name: webhook_endpoints
+-- No parameters. Every endpoint, oldest first, with its deliveries waiting and dead.
+SELECT e.id, e.url, e.event_types, e.description, e.created_at, e.failing_since,
+       e.last_success_at, e.last_failure_at, e.disabled_at, e.disabled_reason,
+       e.secret_key_id, e.previous_key_id, e.previous_until,
+       (SELECT count(*) FROM notifier.webhook_deliveries d
+        WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'sending')) AS pending,
+       (SELECT count(*) FROM notifier.webhook_deliveries d
+        WHERE d.endpoint_id = e.id AND d.status = 'dead') AS dead
+FROM notifier.webhook_endpoints e
+ORDER BY e.created_at, e.id;
+
+-- name: webhook_endpoint_secrets
+-- $1: endpoint id. What its secrets are derived from; no row: no such endpoint.
+SELECT id, secret_key_id, secret_nonce FROM notifier.webhook_endpoints WHERE id = $1;
+
+-- name: webhook_endpoint_delete
+-- $1: endpoint id. Its deliveries and their attempts go with it. No row: no such endpoint.
+DELETE FROM notifier.webhook_endpoints WHERE id = $1 RETURNING id;
+
+-- name: webhook_endpoint_rotate
+-- $1: endpoint id, $2: new secret key id, $3: new nonce, $4: seconds the old secret still
+-- signs. The old secret becomes the previous one (an older previous is dropped). No row:
+-- no such endpoint.
+UPDATE notifier.webhook_endpoints SET
+    previous_key_id = secret_key_id, previous_nonce = secret_nonce,
+    previous_until = now() + make_interval(secs => $4),
+    secret_key_id = $2, secret_nonce = $3
+WHERE id = $1
+RETURNING id, previous_until;
+
+-- name: webhook_endpoint_enable
+-- $1: endpoint id. Enabled again with a clean record; its deliveries still waiting go out.
+-- No row: no such endpoint.
+WITH enabled AS (
+    UPDATE notifier.webhook_endpoints SET
+        disabled_at = NULL, disabled_reason = NULL, failing_since = NULL
+    WHERE id = $1
+    RETURNING id
+)
+SELECT e.id, pg_notify('notifier_webhooks_v1', '') FROM enabled e;
+
+-- name: webhook_delivery_replay
+-- $1: delivery id. A dead delivery (or one to an endpoint since enabled) goes out again with
+-- a fresh schedule, at once. No row: no such dead delivery.
+WITH replayed AS (
+    UPDATE notifier.webhook_deliveries SET
+        status = 'pending', attempts = 0, next_attempt_at = now(), completed_at = NULL,
+        updated_at = now()
+    WHERE id = $1 AND status = 'dead'
+    RETURNING id
+)
+SELECT r.id, pg_notify('notifier_webhooks_v1', '') FROM replayed r;
+
+-- name: webhook_claim
+-- claim_webhooks_v1 (schema 0015): up to $3 due deliveries under leases of $2 seconds for
+-- owner $1, at most $4 in flight to one endpoint across every worker.
+SELECT * FROM notifier.claim_webhooks_v1(
+    p_owner => $1, p_lease_seconds => $2, p_limit => $3, p_per_endpoint => $4);
+
+-- name: webhook_complete
+-- complete_webhooks_v1 (schema 0015): one row per attempt, in parallel arrays.
+SELECT * FROM notifier.complete_webhooks_v1(
+    p_ids => $1::bigint[], p_tokens => $2::uuid[], p_outcomes => $3::text[],
+    p_status_codes => $4::int[], p_details => $5::text[], p_durations_ms => $6::float8[],
+    p_retry_delays => $7::float8[], p_owner => $8, p_disable_after => $9);
+
+-- name: webhook_release
+-- $1: ids, $2: lease tokens. Deliveries claimed but never sent (shutdown) go back at once,
+-- their attempt uncounted.
+UPDATE notifier.webhook_deliveries d SET
+    status = 'pending', attempts = d.attempts - 1, lease_owner = NULL, lease_token = NULL,
+    lease_until = NULL, next_attempt_at = now(), updated_at = now()
+FROM unnest($1::bigint[], $2::uuid[]) AS r(id, token)
+WHERE d.id = r.id AND d.lease_token = r.token AND d.status = 'sending';
+
+-- name: webhook_next_due
+-- No parameters. Seconds until the next delivery to an enabled endpoint comes due (a retry,
+-- or a lease that runs out), by the database clock; NULL: nothing waits.
+SELECT extract(epoch FROM min(t.at) - now())::float8
+FROM notifier.webhook_endpoints e,
+     LATERAL (SELECT min(d.next_attempt_at) AS at FROM notifier.webhook_deliveries d
+              WHERE d.endpoint_id = e.id AND d.status = 'pending'
+              UNION ALL
+              SELECT min(d.lease_until) FROM notifier.webhook_deliveries d
+              WHERE d.endpoint_id = e.id AND d.status = 'sending') t
+WHERE e.disabled_at IS NULL;
+
+-- name: webhook_deliveries_of_endpoint
+-- $1: endpoint id, $2: most rows. Its deliveries, newest first, with their event.
+SELECT d.id, d.status, d.attempts, d.unknown_outcomes, d.next_attempt_at, d.last_status_code,
+       d.last_error, d.created_at, d.completed_at, ev.uid AS event_uid, ev.type AS event_type,
+       ev.verification_id
+FROM notifier.webhook_deliveries d
+JOIN notifier.events ev ON ev.id = d.event_id
+WHERE d.endpoint_id = $1
+ORDER BY d.id DESC
+LIMIT $2;
+
+-- name: webhook_deliveries_of_verification
+-- $1: verification id. The webhook deliveries of its events, oldest first.
+SELECT d.id, d.status, d.attempts, d.unknown_outcomes, d.next_attempt_at, d.last_status_code,
+       d.last_error, d.created_at, d.completed_at, ev.uid AS event_uid, ev.type AS event_type,
+       e.url, e.id AS endpoint_id
+FROM notifier.events ev
+JOIN notifier.webhook_deliveries d ON d.event_id = ev.id
+JOIN notifier.webhook_endpoints e ON e.id = d.endpoint_id
+WHERE ev.verification_id = $1
+ORDER BY d.id;
+
+-- name: webhook_attempts_of
+-- $1: delivery ids. Their attempts, oldest first.
+SELECT a.delivery_id, a.attempt, a.lease_owner, a.outcome, a.status_code, a.detail,
+       a.duration_ms, a.lease_held, a.created_at
+FROM notifier.webhook_attempts a
+WHERE a.delivery_id = ANY($1::bigint[])
+ORDER BY a.delivery_id, a.id;
+
+-- name: webhook_delivery_endpoint
+-- $1: delivery id. The endpoint it goes to; no row: no such delivery.
+SELECT endpoint_id FROM notifier.webhook_deliveries WHERE id = $1;

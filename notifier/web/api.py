@@ -13,17 +13,17 @@ import uuid
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Header, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Form, Header, Path, Query, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from notifier.redact import redact_email
-from notifier.storage import suppressions
+from notifier.storage import event_feed, suppressions, webhooks
 from notifier.storage.connection import Runner
 from notifier.storage.outbox import request_standalone
 from notifier.storage.queries import sql
-from notifier.verifications import VerificationResult
+from notifier.verifications import InvalidRequest, VerificationResult
 from notifier.web import pages
 from notifier.web.access import (
     CSRF_FIELD,
@@ -42,12 +42,19 @@ from notifier.web.access import (
 )
 from notifier.web.api_models import (
     Attempts,
+    EventOut,
+    EventsPage,
     LatestVerification,
     Suppression,
     Suppressions,
     VerificationAccepted,
     VerificationIn,
     VerificationStatus,
+    WebhookCreated,
+    WebhookEndpointOut,
+    WebhookEndpoints,
+    WebhookIn,
+    WebhookRotated,
 )
 from notifier.web.attempts import attempts_of
 from notifier.web.listeners import (
@@ -94,7 +101,8 @@ def create_internal_app(
     )
     # Outermost: who is calling, before their span and the body's bounds.
     app.add_middleware(Authentication)
-    for router in (verifications, suppression_routes, operations, sign_in_routes):
+    routers = (verifications, event_routes, webhook_routes, suppression_routes, operations)
+    for router in (*routers, sign_in_routes):
         app.include_router(router)
     app.include_router(probes)
     return app
@@ -139,6 +147,8 @@ async def create_verification(
         policy=svc.policy,
         client_id=caller.key_id if caller is not None else None,
         locale=body.locale,
+        return_to=body.return_to,
+        key_return_urls=caller.return_urls if caller is not None else None,
     )
     return OrjsonResponse(
         VerificationAccepted(
@@ -205,6 +215,172 @@ async def _status_row(conn: Runner, verification_id: uuid.UUID) -> Any:
     if row is None:
         raise NotFound
     return row
+
+
+event_routes = APIRouter(prefix="/v1/events", route_class=ScopedRoute)
+
+
+@event_routes.get(
+    "",
+    response_model=EventsPage,
+    responses=errors(401, 403, 422, 503),
+    summary="Events in commit order, resumable from a cursor (no gaps, no repeats)",
+    **access("read"),
+)
+async def list_events(
+    conn: Conn,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=41,
+            description="A cursor from an earlier page's `next` (or an event's `cursor`); "
+            "absent: from the oldest event kept (NOTIFIER_EVENT_RETENTION).",
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=event_feed.MAX_PAGE)] = 100,
+) -> Any:
+    try:
+        cursor = event_feed.START if after is None else event_feed.Cursor.parse(after)
+    except ValueError as exc:
+        raise InvalidRequest("after", str(exc)) from None
+    page = await event_feed.events_after(conn, cursor, limit)
+    out = EventsPage(
+        events=[
+            EventOut(
+                id=e.id,
+                type=e.type,  # type: ignore[arg-type]
+                occurred_at=e.occurred_at,
+                verification_id=e.verification_id,
+                data=e.data,
+                cursor=str(e.cursor),
+            )
+            for e in page
+        ],
+        next=str(page[-1].cursor if page else cursor),
+    )
+    return OrjsonResponse(out.model_dump(mode="json"))
+
+
+webhook_routes = APIRouter(prefix="/v1/webhooks", route_class=ScopedRoute)
+_NO_ENDPOINT = "no webhook endpoint has that id"
+
+
+def _endpoint_out(e: webhooks.Endpoint) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "url": e.url,
+        "event_types": None if e.event_types is None else list(e.event_types),
+        "description": e.description,
+        "created_at": e.created_at,
+        "failing_since": e.failing_since,
+        "last_success_at": e.last_success_at,
+        "last_failure_at": e.last_failure_at,
+        "disabled_at": e.disabled_at,
+        "disabled_reason": e.disabled_reason,
+        "previous_secret_until": e.previous_until,
+        "pending": e.pending,
+        "dead": e.dead,
+    }
+
+
+@webhook_routes.post(
+    "",
+    status_code=201,
+    response_model=WebhookCreated,
+    responses=errors(401, 403, 413, 415, 422, 503),
+    dependencies=[Depends(require_json)],
+    summary="Register a webhook endpoint (its secret is shown only in this answer)",
+    **access("admin"),
+)
+async def create_webhook(body: WebhookIn, conn: Conn, svc: Svc) -> Any:
+    try:
+        endpoint, secret = await webhooks.add(
+            conn,
+            svc.policy.keys,
+            body.url,
+            body.event_types,
+            body.description,
+            allow_private=svc.webhooks.allow_private,
+        )
+    except webhooks.WebhookError as exc:
+        raise InvalidRequest("url", str(exc)) from None
+    out = WebhookCreated(**_endpoint_out(endpoint), secret=secret)
+    return OrjsonResponse(out.model_dump(mode="json"), status_code=201)
+
+
+@webhook_routes.get(
+    "",
+    response_model=WebhookEndpoints,
+    responses=errors(401, 403, 503),
+    summary="Every webhook endpoint, with its health",
+    **access("admin"),
+)
+async def list_webhooks(conn: Conn) -> Any:
+    found = [WebhookEndpointOut(**_endpoint_out(e)) for e in await webhooks.listing(conn)]
+    return OrjsonResponse(WebhookEndpoints(endpoints=found).model_dump(mode="json"))
+
+
+@webhook_routes.delete(
+    "/{endpoint_id}",
+    status_code=204,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="Remove a webhook endpoint, with its deliveries",
+    **access("admin"),
+)
+async def delete_webhook(endpoint_id: uuid.UUID, conn: Conn) -> Response:
+    try:
+        await webhooks.remove(conn, endpoint_id)
+    except webhooks.WebhookError:
+        raise NotFound(_NO_ENDPOINT) from None
+    return Response(status_code=204)
+
+
+@webhook_routes.post(
+    "/{endpoint_id}/rotate",
+    response_model=WebhookRotated,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="A new secret (shown only now); the old one signs beside it for a while",
+    **access("admin"),
+)
+async def rotate_webhook(endpoint_id: uuid.UUID, conn: Conn, svc: Svc) -> Any:
+    try:
+        secret, until = await webhooks.rotate(
+            conn, svc.policy.keys, endpoint_id, svc.webhooks.rotation_overlap
+        )
+    except webhooks.WebhookError:
+        raise NotFound(_NO_ENDPOINT) from None
+    out = WebhookRotated(secret=secret, previous_secret_until=until)
+    return OrjsonResponse(out.model_dump(mode="json"))
+
+
+@webhook_routes.post(
+    "/{endpoint_id}/enable",
+    status_code=204,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="Enable a disabled endpoint; its waiting deliveries go out",
+    **access("admin"),
+)
+async def enable_webhook(endpoint_id: uuid.UUID, conn: Conn) -> Response:
+    try:
+        await webhooks.enable(conn, endpoint_id)
+    except webhooks.WebhookError:
+        raise NotFound(_NO_ENDPOINT) from None
+    return Response(status_code=204)
+
+
+@webhook_routes.post(
+    "/deliveries/{delivery_id}/replay",
+    status_code=204,
+    responses=errors(401, 403, 404, 422, 503),
+    summary="Send a dead webhook delivery again, with a fresh retry schedule",
+    **access("admin"),
+)
+async def replay_webhook(
+    delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)], conn: Conn
+) -> Response:
+    if not await webhooks.replay(conn, delivery_id):
+        raise NotFound("no dead webhook delivery has that id")
+    return Response(status_code=204)
 
 
 suppression_routes = APIRouter(prefix="/v1/suppressions", route_class=ScopedRoute)

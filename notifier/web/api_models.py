@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from notifier.event_types import EventType
 from notifier.locales import LOCALE_MAX_CHARS, LOCALE_PATTERN
 from notifier.outcomes import DeliveryStatus
 from notifier.verifications import USER_ID_MAX_CHARS
@@ -39,6 +40,15 @@ class VerificationIn(Strict):
         description="The email's language (a tag such as de or pt-BR); the closest one "
         "with templates is used, English by default.",
         examples=["de"],
+    )
+    return_to: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2048,
+        description="Where the person goes back to after Confirm (303, with a signed "
+        "outcome); must be under NOTIFIER_RETURN_URLS (and the API key's own return URLs), "
+        "else 422. Resends keep it.",
+        examples=["https://app.example.com/welcome"],
     )
 
 
@@ -118,6 +128,71 @@ class Suppressions(BaseModel):
     suppressions: list[Suppression]
 
 
+class EventOut(BaseModel):
+    id: str = Field(description="evt_ and 32 hex digits: also the webhook-id of its webhooks")
+    type: EventType
+    occurred_at: datetime
+    verification_id: uuid.UUID | None
+    data: dict[str, Any] = Field(
+        description="Thin: verification_id, user_id, purpose, client_id, status and the "
+        "type's own fields; never a token, an address only redacted."
+    )
+    cursor: str = Field(description="Pass as `after` to read on from just past this event.")
+
+
+class EventsPage(BaseModel):
+    events: list[EventOut]
+    next: str = Field(
+        description="The cursor to read on from: the last event's, or the one given when "
+        "there was nothing new."
+    )
+
+
+class WebhookIn(Strict):
+    url: str = Field(
+        min_length=8,
+        max_length=2048,
+        description="https, resolving only to public addresses (unless "
+        "NOTIFIER_WEBHOOK_ALLOW_PRIVATE)",
+        examples=["https://app.example.com/hooks/notifier"],
+    )
+    event_types: list[EventType] | None = Field(
+        default=None, min_length=1, description="Only these types; absent: every type."
+    )
+    description: str | None = Field(default=None, max_length=200)
+
+
+class WebhookEndpointOut(BaseModel):
+    id: uuid.UUID
+    url: str
+    event_types: list[str] | None
+    description: str | None
+    created_at: datetime
+    failing_since: datetime | None = Field(description="Every delivery since then failed.")
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    disabled_at: datetime | None
+    disabled_reason: str | None
+    previous_secret_until: datetime | None = Field(
+        description="A rotated-out secret signs beside the current one until then."
+    )
+    pending: int = Field(description="Deliveries waiting or in flight.")
+    dead: int = Field(description="Deliveries that ran out of retries (replayable).")
+
+
+class WebhookEndpoints(BaseModel):
+    endpoints: list[WebhookEndpointOut]
+
+
+class WebhookCreated(WebhookEndpointOut):
+    secret: str = Field(description="whsec_...: shown only now; receivers verify with it.")
+
+
+class WebhookRotated(BaseModel):
+    secret: str = Field(description="The new whsec_ secret, shown only now.")
+    previous_secret_until: datetime
+
+
 class ConfirmIn(Strict):
     token: str = Field(min_length=1, max_length=TOKEN_MAX_CHARS)
 
@@ -129,6 +204,11 @@ class ConfirmOut(BaseModel):
         None,
         description="For a link a newer verification replaced (a resend): that verification, "
         "whose own link is the one to use.",
+    )
+    return_url: str | None = Field(
+        None,
+        description="For a verified link whose verification has a return_to: it, with the "
+        "signed outcome (verification_id, outcome, expires, signature) the app checks.",
     )
     message: str
 

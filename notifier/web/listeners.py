@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from notifier.config import WebhookSettings
 from notifier.storage import migrations
 from notifier.storage.api_keys import KeyRing
 from notifier.storage.connection import Connection, Pool
@@ -46,10 +47,15 @@ class Services:
     policy: Policy
     keyring: KeyRing
     sessions: Sessions
+    # Where webhook endpoints may be registered to (NOTIFIER_WEBHOOK_ALLOW_PRIVATE), and how
+    # long a rotated-out secret still signs.
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
 
     @classmethod
-    def over(cls, pool: Pool, policy: Policy) -> Services:
-        return cls(pool, policy, KeyRing(pool), Sessions(policy.keys))
+    def over(cls, pool: Pool, policy: Policy, webhooks: WebhookSettings | None = None) -> Services:
+        return cls(
+            pool, policy, KeyRing(pool), Sessions(policy.keys), webhooks or WebhookSettings()
+        )
 
 
 def services(request: Request) -> Services:

@@ -9,11 +9,13 @@ continued), and nothing here reveals more than the token in hand does.
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Query
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
 
+from notifier.return_urls import InvalidReturn, signed_return
 from notifier.storage.outbox import confirm, request_standalone
 from notifier.tokens import looks_like_token
 from notifier.verifications import Confirmation, RequestError, resend_key
@@ -34,6 +36,8 @@ from notifier.web.listeners import (
     require_json,
 )
 from notifier.web.responses import OrjsonResponse, html
+
+log = logging.getLogger(__name__)
 
 CONFIRM_MESSAGES = {
     "verified": "The email address is verified.",
@@ -92,12 +96,20 @@ async def verify_page(svc: Svc, token: Annotated[str, Query()] = "") -> HTMLResp
 @links.post(
     "/verify",
     response_class=HTMLResponse,
-    responses={**_LINK_PAGES, **json_errors(413, 422, 503)},
-    summary="The Confirm button",
+    responses={
+        303: {"description": "Confirmed: back to the verification's return_to, signed."},
+        **_LINK_PAGES,
+        **json_errors(413, 422, 503),
+    },
+    summary="The Confirm button (303 to the verification's return_to, when it has one)",
     **access("open"),
 )
-async def verify_submit(svc: Svc, token: FormToken = "") -> HTMLResponse:
+async def verify_submit(svc: Svc, token: FormToken = "") -> Response:
     result = await _confirm(svc, token, apply=True)
+    back = _return_url(svc, result)
+    if back is not None:
+        # Back to the app, which can trust what the signed parameters say.
+        return RedirectResponse(back, status_code=303)
     return _outcome_page(result.outcome, token, result.superseded)
 
 
@@ -140,6 +152,7 @@ async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
                 policy=svc.policy,
                 client_id=result.client_id,
                 locale=result.locale,
+                kept_return_to=result.return_to,
             )
     except RequestError:
         # The same answer whatever the reason (throttled, suppressed, ...): whoever
@@ -167,6 +180,7 @@ async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
         outcome=outcome,
         verification_id=result.verification_id if outcome != "invalid" else None,
         superseded_by=result.superseded_by,
+        return_url=_return_url(svc, result),
         message=CONFIRM_MESSAGES[outcome],
     )
     return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
@@ -179,6 +193,30 @@ async def _confirm(svc: Services, token: str, *, apply: bool) -> Confirmation:
         return Confirmation("invalid")
     async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
         return await confirm(conn, token, apply=apply, keys=svc.policy.keys)
+
+
+def _return_url(svc: Services, result: Confirmation) -> str | None:
+    """Where a confirmed link's person goes back to, signed; None: nowhere (none was given,
+    or the allow-list no longer has it: then the page says what happened)."""
+    if result.return_to is None or result.verification_id is None:
+        return None
+    if result.outcome not in ("verified", "already_verified"):
+        return None
+    try:
+        svc.policy.limits.return_urls.check(result.return_to)
+    except InvalidReturn:
+        log.warning(
+            "verification %s's return_to is no longer under NOTIFIER_RETURN_URLS: not redirecting",
+            result.verification_id,
+        )
+        return None
+    return signed_return(
+        result.return_to,
+        result.verification_id,
+        result.outcome,
+        svc.policy.keys,
+        result.client_id,
+    )
 
 
 def _outcome_page(outcome: str, token: str, superseded: bool) -> HTMLResponse:

@@ -68,5 +68,6 @@ async def test_cleanup_reports_what_it_did(database_url: str) -> None:
     result = await run_cli("cleanup", env={"NOTIFIER_DATABASE_URL": database_url})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
-        "scrubbed 0 addresses, deleted 0 finished deliveries, expired 0 suppressions"
+        "scrubbed 0 addresses, deleted 0 finished deliveries, expired 0 suppressions, "
+        "forgot 0 events"
     )

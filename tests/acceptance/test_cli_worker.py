@@ -134,3 +134,44 @@ async def test_worker_refuses_a_database_that_needs_migrating(empty_database_url
     )
     assert result.returncode == 2
     assert "notifier migrate" in result.stderr
+
+
+async def test_a_worker_killed_mid_webhook_leaves_it_to_another_which_delivers_it(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    from notifier.storage import webhooks
+    from tests.support.recorder import Recorder
+    from tests.support.webhook_receiver import Answer, receiving
+    from tests.support.workers import running_webhooks
+
+    env = worker_env(database_url, smtp_server, NOTIFIER_WEBHOOK_ALLOW_PRIVATE="true")
+    async with receiving() as receiver:
+        _, secret = await webhooks.add(db, keys, receiver.url, allow_private=True)
+        receiver.secrets.append(secret)
+        receiver.plan(Answer(hang=True))
+        async with running_cli("worker", env=env) as cli:
+            with anyio.fail_after(WAIT):
+                await cli.wait_for_line(READY)
+            await enqueue(db, keys, "ada@example.com")
+            await receiver.wait_for(1)  # the request is out; no answer comes
+            os.kill(cli.pid, signal.SIGKILL)
+        row = await db.fetchrow("SELECT status, attempts FROM notifier.webhook_deliveries")
+        assert (row["status"], row["attempts"]) == ("sending", 1)  # the crash counts
+        await db.execute(
+            "UPDATE notifier.webhook_deliveries SET lease_until = now() - interval '1 second'"
+        )
+        recorder = Recorder()
+        async with running_webhooks(database_url, keys, recorder=recorder, sweep_interval=0.1):
+            with anyio.fail_after(WAIT):
+                await recorder.wait_for_kind(events.WebhookAttempted)
+        first, second = receiver.received
+    outcomes = await db.fetch("SELECT attempt, outcome FROM notifier.webhook_attempts ORDER BY id")
+    assert [(a["attempt"], a["outcome"]) for a in outcomes] == [
+        (1, "lease_expired"),
+        (2, "delivered"),
+    ]
+    row = await db.fetchrow("SELECT status, unknown_outcomes FROM notifier.webhook_deliveries")
+    assert (row["status"], row["unknown_outcomes"]) == ("delivered", 1)
+    # The duplicate the crash caused carries the same webhook-id, and is counted above.
+    assert first.webhook_id == second.webhook_id
+    assert first.verified_by == second.verified_by == [secret]

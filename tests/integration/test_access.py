@@ -54,6 +54,8 @@ _PATH_VALUES = {
     "verification_id": str(uuid.uuid4()),
     "email": SUPPRESSED,
     "name": "swagger-ui-bundle.js",
+    "endpoint_id": str(uuid.uuid4()),
+    "delivery_id": "1",
 }
 
 
@@ -131,6 +133,7 @@ async def writes(db: asyncpg.Connection) -> tuple[Any, ...]:
             "SELECT array_agg(email ORDER BY email) FROM notifier.suppressed_addresses"
         ),
         await db.fetchval("SELECT count(*) FROM notifier.api_keys WHERE last_used_at IS NOT NULL"),
+        await db.fetchval("SELECT count(*) FROM notifier.webhook_endpoints"),
     )
 
 
@@ -195,6 +198,7 @@ async def test_every_guarded_route_refuses_a_key_without_its_scope_with_403(
         assert response.status_code == 403, (method, path, response.text)
         assert f'scope="{needed}"' in response.headers["WWW-Authenticate"]
         assert (await writes(db))[:3] == before[:3]
+        assert (await writes(db))[4] == before[4]
 
 
 @pytest.mark.parametrize(

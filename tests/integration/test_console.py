@@ -103,6 +103,9 @@ async def test_reading_the_console_needs_read_and_changing_anything_needs_admin(
         ("GET", "/console/suppressions"): "read",
         ("POST", "/console/suppressions/clear"): "admin",
         ("GET", "/console/static/console.css"): "read",
+        ("GET", "/console/webhooks"): "read",
+        ("GET", "/console/webhooks/{endpoint_id}"): "read",
+        ("POST", "/console/webhooks/deliveries/{delivery_id}/replay"): "admin",
     }
 
 

@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from notifier import events
+from notifier.delivery import shielded
 from notifier.delivery import worker as worker_module
 from notifier.delivery.leases import Leases
 from notifier.delivery.listener import CHANNEL
@@ -593,6 +594,7 @@ async def test_a_claim_the_database_never_answers_holds_shutdown_only_for_the_cl
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker_module, "CLEANUP_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(shielded, "CLEANUP_TIMEOUT_SECONDS", 0.5)
     async with worker_behind_a_relay(database_url, keys, smtp_server) as (worker, relay):
         enqueued = await claimed_but_unanswered(db, keys, worker, relay, "none@example.com")
         worker.stop()

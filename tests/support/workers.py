@@ -10,9 +10,12 @@ from typing import Any
 import anyio
 
 from notifier import events
-from notifier.config import SmtpSettings, WorkerSettings
+from notifier.config import SmtpSettings, WebhookSettings, WorkerSettings
+from notifier.delivery.listener import Listener
 from notifier.delivery.mailer import SmtpTransport, Transport
 from notifier.delivery.messages import Templates
+from notifier.delivery.webhooks.engine import CHANNEL as WEBHOOK_CHANNEL
+from notifier.delivery.webhooks.engine import WebhookWorker
 from notifier.delivery.worker import Worker
 from notifier.storage.database import DEFAULT_STATEMENT_CACHE_SIZE, create_pool
 from notifier.tokens import TokenKeys
@@ -87,4 +90,61 @@ async def running_worker(
                 worker.stop()
     finally:
         await transport.aclose()
+        await pool.close()
+
+
+# Loopback receivers, short timeouts and retries, and a sweep too slow to rescue a test of
+# notifications.
+TEST_WEBHOOK_SETTINGS = WebhookSettings(
+    allow_private=True,
+    timeout=2.0,
+    retry_schedule=(0.05, 0.05, 0.05, 0.05),
+    sweep_interval=60.0,
+)
+
+
+@contextlib.asynccontextmanager
+async def running_webhooks(
+    database_url: str,
+    keys: TokenKeys,
+    *,
+    recorder: Recorder | None = None,
+    name: str = "h1",
+    **overrides: Any,
+) -> AsyncIterator[WebhookWorker]:
+    """A started webhook sender, woken by its own LISTEN connection as a worker process's
+    is by the email worker's; stopped on exit (its requests in flight end first)."""
+    pool = await create_pool(database_url)
+    observer = recorder or Recorder()
+    hooks = WebhookWorker(
+        pool=pool,
+        settings=dataclasses.replace(TEST_WEBHOOK_SETTINGS, **overrides),
+        keys=keys,
+        owner=f"test:{name}",
+        observer=observer,
+    )
+    listener = Listener(
+        database_url,
+        pool,
+        on_ids=lambda ids: None,
+        on_connected=lambda: None,
+        observer=observer,
+        check_interval=TEST_WORKER_SETTINGS.listener_check_interval,
+        check_timeout=TEST_WORKER_SETTINGS.listener_check_timeout,
+    )
+    listener.also_listen(WEBHOOK_CHANNEL, hooks.wake)
+    try:
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(10):
+                await tg.start(hooks.run)
+            async with anyio.create_task_group() as listening:
+                with anyio.fail_after(10):
+                    await listening.start(listener.run)
+                try:
+                    yield hooks
+                finally:
+                    # The sender ends its requests in flight by itself; the listener goes.
+                    hooks.stop()
+                    listening.cancel_scope.cancel()
+    finally:
         await pool.close()

@@ -305,6 +305,7 @@ async def resend(
             client_id=client_id,
             locale=row["locale"],
             replaces=verification_id,
+            kept_return_to=row["return_to"],
         )
     except RequestError as exc:
         return Resend("refused", refusal=exc)

@@ -16,7 +16,9 @@ from datetime import UTC, datetime
 from markupsafe import Markup
 
 from notifier.redact import redact_email
+from notifier.storage.event_feed import Event
 from notifier.storage.suppressions import Suppression
+from notifier.storage.webhooks import Endpoint
 from notifier.web.access import CSRF_FIELD
 from notifier.web.console.charts import Bar, stacked_bars
 from notifier.web.console.data import (
@@ -26,6 +28,7 @@ from notifier.web.console.data import (
     QueueSnapshot,
     Search,
 )
+from notifier.web.console.webhook_data import EndpointView, WebhookDelivery
 from notifier.web.templating import render
 
 STYLESHEET = "/console/static/console.css"
@@ -43,6 +46,7 @@ NAV = (
     ("/console", "Queue"),
     ("/console/deliveries", "Deliveries"),
     ("/console/suppressions", "Suppressions"),
+    ("/console/webhooks", "Webhooks"),
     ("/docs", "API docs"),
 )
 # How each way of finding a row reads, for the shares table.
@@ -66,6 +70,14 @@ _TONE = {
     "lease_lost": "warn",
     "pending": "info",
     "sending": "info",
+    "delivered": "ok",
+    "healthy": "ok",
+    "dead": "bad",
+    "disabled": "bad",
+    "gone": "bad",
+    "refused": "bad",
+    "failing": "warn",
+    "throttled": "warn",
 }
 
 
@@ -194,9 +206,12 @@ def delivery_page(
     trace_url: str | None,
     notice: str | None = None,
     problem: Markup | None = None,
+    events: Sequence[Event] = (),
+    hooks: Sequence[WebhookDelivery] = (),
 ) -> str:
-    """One delivery: its state, its trace, Resend when it failed, and its attempts.
-    `problem`: why a resend was refused, as markup its maker built from escaped parts."""
+    """One delivery: its state, its trace, Resend when it failed, its attempts, and its
+    verification's events with their webhook deliveries. `problem`: why a resend was
+    refused, as markup its maker built from escaped parts."""
     return _render(
         "console/delivery.html",
         viewer,
@@ -206,6 +221,8 @@ def delivery_page(
         notice=notice,
         problem=problem,
         server_reply=_reply,
+        events=events,
+        hooks=hooks,
     )
 
 
@@ -241,3 +258,32 @@ def suppressions_page(
         notice=notice,
         redact_email=redact_email,
     )
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+
+
+def webhooks_page(endpoints: Sequence[Endpoint], viewer: Viewer, notice: str | None = None) -> str:
+    """Every webhook endpoint with its health and its deliveries waiting and dead."""
+    return _render(
+        "console/webhooks.html", viewer, "/console/webhooks", endpoints=endpoints, notice=notice
+    )
+
+
+def endpoint_page(
+    view: EndpointView, viewer: Viewer, notice: str | None = None, problem: str | None = None
+) -> str:
+    """One endpoint: its health, secret and latest deliveries with their attempts, and
+    Replay for the dead ones."""
+    return _render(
+        "console/endpoint.html",
+        viewer,
+        "/console/webhooks",
+        view=view,
+        notice=notice,
+        problem=problem,
+    )
+
+
+def missing_endpoint_page(viewer: Viewer) -> str:
+    return _render("console/missing_endpoint.html", viewer, "/console/webhooks")

@@ -1,8 +1,10 @@
 """The delivery console's routes on the internal listener: queue health at /console, delivery
-search and timelines at /console/deliveries, suppressions at /console/suppressions.
+search and timelines at /console/deliveries, suppressions at /console/suppressions, webhook
+endpoints and their deliveries at /console/webhooks.
 
-Reading needs the `read` scope; clearing a suppression and resending a failed delivery need
-`admin` (notifier.web.access checks both, and the CSRF token of a signed-in browser's forms).
+Reading needs the `read` scope; clearing a suppression, resending a failed delivery and
+replaying a dead webhook need `admin` (notifier.web.access checks both, and the CSRF token
+of a signed-in browser's forms).
 Changes answer with a redirect to the page that shows their result (POST, then GET), so a
 reload never repeats them.
 """
@@ -19,19 +21,24 @@ from fastapi import APIRouter, FastAPI, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 
-from notifier.storage import suppressions
+from notifier.storage import suppressions, webhooks
+from notifier.storage.queries import sql
 from notifier.verifications import InvalidRequest, Suppressed, Throttled
 from notifier.web.access import ScopedRoute, access, csrf_token_of, principal_of
 from notifier.web.console import data as console_data
+from notifier.web.console import webhook_data
 from notifier.web.console.data import Resend
 from notifier.web.console.pages import (
     PAGE_HEADERS,
     Viewer,
     delivery_page,
+    endpoint_page,
     missing_delivery_page,
+    missing_endpoint_page,
     queue_page,
     search_page,
     suppressions_page,
+    webhooks_page,
 )
 from notifier.web.listeners import Conn, Svc
 from notifier.web.templating import render
@@ -43,6 +50,7 @@ NOTICES = {
     "already-resent": "A new link was already sent for that delivery: this is its delivery.",
     "cleared": "The suppression was cleared: requests for that address are accepted again.",
     "not-suppressed": "That address was not suppressed; nothing changed.",
+    "replayed": "The delivery is on its way again, with a fresh retry schedule.",
 }
 # The stylesheet: the dev inbox's (one visual language), then the console's own rules.
 _STYLESHEETS = ("inbox.css", "console.css")
@@ -90,7 +98,10 @@ async def delivery(
     found = await _delivery(conn, verification_id)
     if found is None:
         return _html(missing_delivery_page(viewer), 404)
-    page = delivery_page(found, viewer, _trace_url(request), NOTICES.get(notice))
+    said, hooks = await webhook_data.of_verification(conn, found.id)
+    page = delivery_page(
+        found, viewer, _trace_url(request), NOTICES.get(notice), events=said, hooks=hooks
+    )
     return _html(page)
 
 
@@ -144,6 +155,41 @@ async def clear_suppression(
         return _html(suppressions_page(shown, total, _viewer(request), checked), 422)
     notice = "cleared" if cleared is not None else "not-suppressed"
     return RedirectResponse(f"/console/suppressions?notice={notice}", status_code=303)
+
+
+@console.get("/webhooks", **access("read"))
+async def webhooks_listed(request: Request, conn: Conn, notice: str = "") -> Response:
+    found = await webhook_data.endpoints(conn)
+    return _html(webhooks_page(found, _viewer(request), NOTICES.get(notice)))
+
+
+@console.get("/webhooks/{endpoint_id}", **access("read"))
+async def webhook_endpoint(
+    request: Request, conn: Conn, endpoint_id: str, notice: str = ""
+) -> Response:
+    viewer = _viewer(request)
+    parsed = _uuid(endpoint_id)
+    view = None if parsed is None else await webhook_data.endpoint(conn, parsed)
+    if view is None:
+        return _html(missing_endpoint_page(viewer), 404)
+    return _html(endpoint_page(view, viewer, NOTICES.get(notice)))
+
+
+@console.post("/webhooks/deliveries/{delivery_id}/replay", **access("admin"))
+async def webhook_replay(request: Request, conn: Conn, delivery_id: str) -> Response:
+    viewer = _viewer(request)
+    row = None
+    if delivery_id.isascii() and delivery_id.isdigit() and len(delivery_id) <= 18:
+        row = await conn.fetchrow(sql("webhook_delivery_endpoint"), int(delivery_id))
+    if row is None:
+        return _html(missing_endpoint_page(viewer), 404)
+    if not await webhooks.replay(conn, int(delivery_id)):
+        view = await webhook_data.endpoint(conn, row["endpoint_id"])
+        assert view is not None
+        problem = "That delivery is not dead (it was delivered, or replayed already)."
+        return _html(endpoint_page(view, viewer, problem=problem), 409)
+    target = f"/console/webhooks/{row['endpoint_id']}?notice=replayed"
+    return RedirectResponse(target, status_code=303)
 
 
 @console.get("/static/console.css", **access("read"))

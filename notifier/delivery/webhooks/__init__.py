@@ -1,0 +1,1 @@
+"""Webhooks: events delivered to the app's endpoints under leases, apart from email."""
