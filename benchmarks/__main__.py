@@ -21,7 +21,16 @@ from typing import Any
 
 import anyio
 
-from benchmarks import drivers, latency, machine, report, sustained, throughput, trigger_cost
+from benchmarks import (
+    drivers,
+    events,
+    latency,
+    machine,
+    report,
+    sustained,
+    throughput,
+    trigger_cost,
+)
 from benchmarks.cluster import bench_database, open_server
 from benchmarks.config import FULL, QUICK, SCENARIOS, RunConfig, Scenario
 from benchmarks.progress import RunProgress
@@ -37,6 +46,7 @@ RUNNERS = {
     "trigger": trigger_cost.run,
     "sustained": sustained.run,
     "drivers": drivers.run,
+    "events": events.run,
 }
 
 

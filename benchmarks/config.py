@@ -8,8 +8,15 @@ from typing import Any, Literal
 
 from benchmarks.workers import Mode, TransportKind
 
-Scenario = Literal["latency", "throughput", "trigger", "sustained", "drivers"]
-SCENARIOS: tuple[Scenario, ...] = ("latency", "throughput", "trigger", "sustained", "drivers")
+Scenario = Literal["latency", "throughput", "trigger", "sustained", "drivers", "events"]
+SCENARIOS: tuple[Scenario, ...] = (
+    "latency",
+    "throughput",
+    "trigger",
+    "sustained",
+    "drivers",
+    "events",
+)
 ProducerKind = Literal["library", "http"]
 
 
@@ -145,6 +152,10 @@ class RunConfig:
     drivers_seconds: float = 5.0
     drivers_rounds: int = 3
     drivers_made: int = 12_000  # requests made beforehand per connection (adapter, alone)
+    # What events cost, and webhooks' pace (scenario 7).
+    events_seconds: float = 5.0  # each request-path run
+    events_rounds: int = 3
+    events_rows: int = 5_000  # each delivery-path drain, and the webhooks sent
     scenarios: tuple[Scenario, ...] = SCENARIOS
 
     def with_scenarios(self, scenarios: tuple[Scenario, ...]) -> RunConfig:
@@ -173,12 +184,17 @@ class RunConfig:
         runs = self.trigger_rounds * len(self.trigger_producers) * 2 * 2
         trigger = runs * (self.trigger_seconds + 0.7)
         drivers = 3 + self.drivers_rounds * 5 * 3 * (self.drivers_seconds + 0.5)
+        # The request path, then the delivery path at two profiles, each on and off per round.
+        events = self.events_rounds * 2 * (self.events_seconds + 0.5)
+        events += 2 * self.events_rounds * 2 * (self.events_rows / 500 + 10)
+        events += 2 * (self.events_rows / 200 + 15)
         budget: dict[Scenario, float] = {
             "latency": latency,
             "throughput": throughput,
             "trigger": trigger,
             "sustained": sustained_budget(self),
             "drivers": drivers,
+            "events": events,
         }
         return {s: budget[s] for s in self.scenarios}
 
@@ -237,4 +253,7 @@ QUICK = RunConfig(
     drivers_seconds=1.0,
     drivers_rounds=1,
     drivers_made=1_500,
+    events_seconds=1.0,
+    events_rounds=1,
+    events_rows=500,
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,17 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
     targets += _sustained_targets(results.get("sustained"))
+    paths = _get(results, "events", "delivery_path") or []
+    ratio = max((p["ratio"] for p in paths), default=None)
+    targets.append(
+        _target(
+            "events: claim-to-completion CPU per delivery, on / off (the worse profile)",
+            "<= 1.10x",
+            ratio,
+            lambda v: v <= 1.10,
+            f"{ratio:.3f}x" if ratio is not None else "",
+        )
+    )
     return targets
 
 
@@ -399,6 +411,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += _trigger_md(results.get("trigger"))
     out += _sustained_md(results.get("sustained"))
     out += _drivers_md(results.get("drivers"))
+    out += _events_md(results.get("events"))
     targets = results.get("targets", [])
     if targets:
         out += ["## Targets", ""]
@@ -649,6 +662,72 @@ def _drivers_md(drivers: dict[str, Any] | None) -> list[str]:
     header += ["call / alone", "call vs asyncpg", "added: adapter / call"]
     out += _table(header, rows)
     return out
+
+
+def _events_md(events: dict[str, Any] | None) -> list[str]:
+    if not events:
+        return []
+    request, delivery = events["request_path"], events["delivery_path"]
+    out = [
+        "## What events cost, and webhooks' pace",
+        "",
+        f"The request path: the library call on asyncpg over {request['connections']} "
+        f"connections, {request['seconds_per_run']:.0f} s runs, median of {request['rounds']} "
+        "alternating rounds, with the triggers that write a verification's events on and off "
+        "(the request is one statement either way). The delivery path: "
+        f"{delivery[0]['rows']:,} rows drained by one worker to the null transport, with "
+        "the trigger that writes verification.sent and .failed on and off; CPU of the worker "
+        "and of PostgreSQL per delivery, claim to completion (the worker's and PostgreSQL's "
+        "share in brackets), at each settings profile.",
+        "",
+    ]
+    out += _table(
+        ["path", "events on", "events off", "cost"],
+        [
+            [
+                "request (calls/s)",
+                _num(request["calls_per_s_events_on"], 0),
+                _num(request["calls_per_s_events_off"], 0),
+                f"{request['cost_pct']:.1f}%",
+            ],
+            *(
+                [
+                    f"delivery, {d['profile']} (CPU µs/delivery)",
+                    f"{_num(d['cpu_us_per_delivery_events_on'], 0)} ({_split(d['split_on'])})",
+                    f"{_num(d['cpu_us_per_delivery_events_off'], 0)} ({_split(d['split_off'])})",
+                    f"{(d['ratio'] - 1) * 100:+.1f}%",
+                ]
+                for d in delivery
+            ),
+        ],
+    )
+    out += [
+        "",
+        "Webhooks: one endpoint subscribed to verification.created, the backlog committed at "
+        "once, one worker process posting to a receiver on loopback that answers at once; "
+        "webhooks per second from the commit to the last received, and each event's time "
+        "from its commit to its webhook's arrival (ms).",
+        "",
+    ]
+    rows = [
+        [
+            h["profile"],
+            _num(h["rows"], 0),
+            _num(h["webhooks_per_s"], 0),
+            _p50_p99(h["event_to_receipt_ms"] or None),
+            str(h["duplicates"]),
+        ]
+        for h in events["webhooks"]
+    ]
+    out += _table(["settings", "webhooks", "webhooks/s", "p50 / p99 ms", "duplicates"], rows)
+    return out
+
+
+def _split(rounds: list[list[float]]) -> str:
+    """The median round's worker and PostgreSQL µs, as "worker + PostgreSQL"."""
+    worker = statistics.median(r[0] for r in rounds)
+    pg = statistics.median(r[1] for r in rounds)
+    return f"{worker:,.0f} + {pg:,.0f}"
 
 
 def _p50_p99(dist: dict[str, Any] | None) -> str:

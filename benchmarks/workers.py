@@ -43,6 +43,8 @@ class WorkerSpec:
     batch_size: int | None = None
     smtp_pool_size: int | None = None
     sweep_interval: float | None = None
+    # Any other settings, as (variable, value) pairs (the events scenario's webhooks).
+    extra: tuple[tuple[str, str], ...] = ()
 
     def env(self, db: BenchDatabase) -> dict[str, str]:
         settings = {
@@ -67,6 +69,7 @@ class WorkerSpec:
             "NOTIFIER_SWEEP_INTERVAL": self.sweep_interval,
         }
         settings.update({k: str(v) for k, v in optional.items() if v is not None})
+        settings.update(dict(self.extra))
         return cli_env(settings)
 
     def as_json(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ commit; cleanup forgets them (keeping those still owed to a webhook)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -20,7 +21,7 @@ from notifier.storage import event_feed
 from notifier.storage.event_feed import START, Cursor
 from notifier.storage.outbox import confirm
 from notifier.tokens import TokenKeys
-from tests.support.deliveries import enqueue, link_token
+from tests.support.deliveries import enqueue, enqueue_many, link_token
 from tests.support.recorder import Recorder
 from tests.support.smtp_server import Fault, SmtpServer
 from tests.support.workers import running_worker
@@ -103,6 +104,46 @@ async def test_a_refused_address_writes_failed_rejected_and_suppressed_with_it_r
     assert suppressed.data["smtp_code"] == 550
 
 
+async def test_a_batch_of_deliveries_writes_one_sent_event_for_each(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    made = await enqueue_many(db, keys, 12)
+    await delivered(database_url, keys, smtp_server, count=12)
+    for one in made:
+        assert await types_of(db, one.id) == ["verification.created", "verification.sent"]
+
+
+async def test_two_refusals_of_one_address_in_one_batch_suppress_it_and_fail_both(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("gone@example.com", Fault.RCPT_5XX, Fault.RCPT_5XX)
+    first = await enqueue(db, keys, "gone@example.com", user_id="a")
+    second = await enqueue(db, keys, "gone@example.com", user_id="b")
+    await delivered(database_url, keys, smtp_server, count=2)
+    for one in (first, second):
+        assert "verification.failed" in await types_of(db, one.id)
+    assert (await all_types(db)).count("email.suppressed") >= 1
+
+
+async def test_an_address_refused_again_after_its_suppression_lapsed_is_suppressed_again(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    smtp_server.plan("gone@example.com", Fault.RCPT_5XX, Fault.RCPT_5XX)
+    await enqueue(db, keys, "gone@example.com", user_id="a")
+    await delivered(database_url, keys, smtp_server)
+    await db.execute(
+        "UPDATE notifier.suppressed_addresses SET expires_at = now() - interval '1 second'"
+    )
+    again = await enqueue(db, keys, "gone@example.com", user_id="b")
+    await delivered(database_url, keys, smtp_server)
+    assert await types_of(db, again.id) == [
+        "verification.created",
+        "verification.failed",
+        "email.suppressed",
+    ]
+    assert (await all_types(db)).count("email.suppressed") == 2
+
+
 async def test_confirming_writes_one_confirmed_event_however_often_the_link_is_pressed(
     db: asyncpg.Connection, keys: TokenKeys
 ) -> None:
@@ -151,7 +192,7 @@ async def test_a_confirmed_link_never_lapses(db: asyncpg.Connection, keys: Token
 
 
 async def test_every_type_the_schema_writes_is_in_the_vocabulary(db: asyncpg.Connection) -> None:
-    # The trigger arguments and emit calls name the types the database writes.
+    # The triggers and the functions they run name the types the database writes.
     sources = await db.fetch(
         """SELECT pg_get_triggerdef(t.oid) AS source FROM pg_trigger t
            WHERE t.tgrelid::regclass::text LIKE 'notifier.%' AND NOT t.tgisinternal
@@ -159,14 +200,26 @@ async def test_every_type_the_schema_writes_is_in_the_vocabulary(db: asyncpg.Con
            SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
            WHERE n.nspname = 'notifier'"""
     )
-    import re
-
     named = {
         m
         for row in sources
         for m in re.findall(r"'((?:verification|email)\.[a-z_]+)'", row["source"])
     }
     assert named == set(EVENT_TYPES)
+
+
+async def test_every_function_that_turns_sequential_scans_off_turns_jit_off_too(
+    db: asyncpg.Connection,
+) -> None:
+    # The event triggers run inside them; a scan costed as disabled would be JIT-compiled
+    # on every call.
+    settings = await db.fetch(
+        """SELECT p.oid::regprocedure::text AS name, p.proconfig AS config FROM pg_proc p
+           WHERE p.pronamespace = 'notifier'::regnamespace
+             AND 'enable_seqscan=off' = ANY (p.proconfig)"""
+    )
+    assert settings
+    assert [r["name"] for r in settings if "jit=off" not in r["config"]] == []
 
 
 async def test_the_sql_redaction_is_the_logs_redaction(db: asyncpg.Connection) -> None:
@@ -203,6 +256,39 @@ async def test_each_event_is_announced_on_notifier_events_at_commit(
         await listener.close()
     [event] = await events_of(db, made.id)
     assert heard == [event.id]
+
+
+async def test_the_events_of_one_statement_are_named_in_order_in_a_few_notifications(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys
+) -> None:
+    made = await enqueue_many(db, keys, 450)
+    await db.execute("UPDATE notifier.verifications SET expires_at = now() - interval '1 second'")
+    heard: list[str] = []
+    all_heard = anyio.Event()
+
+    def on_event(*notification: Any) -> None:
+        heard.append(notification[3])
+        if len(heard) == 3:
+            all_heard.set()
+
+    listener = await asyncpg.connect(database_url)
+    try:
+        await listener.add_listener("notifier_events", on_event)
+        assert await event_feed.mark_lapsed(db, 1000) == len(made)
+        with anyio.fail_after(WAIT):
+            await all_heard.wait()
+    finally:
+        await listener.close()
+    expired = [
+        r[0]
+        for r in await db.fetch(
+            "SELECT 'evt_' || replace(uid::text, '-', '') FROM notifier.events "
+            "WHERE type = 'verification.expired' ORDER BY id"
+        )
+    ]
+    assert [len(n.split(" ")) for n in heard] == [200, 200, 50]
+    assert " ".join(heard).split(" ") == expired
+    assert max(len(n.encode()) for n in heard) < 8000
 
 
 # -- the feed --------------------------------------------------------------------------------

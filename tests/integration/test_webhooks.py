@@ -335,6 +335,34 @@ def counting_port() -> Iterator[CountingPort]:
     port.close()
 
 
+async def test_a_backlog_waiting_for_its_endpoints_places_is_claimed_as_they_free_not_polled(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys
+) -> None:
+    # The database counts the sender's claims; each answer takes 0.3 s, one at a time.
+    counted = database_url + ("&" if "?" in database_url else "?") + "track_functions=pl"
+    recorder = Recorder()
+    async with receiving() as receiver:
+        await register(db, keys, receiver)
+        receiver.plan(*[Answer(200, delay=0.3)] * 6)
+        async with running_webhooks(counted, keys, recorder=recorder, endpoint_concurrency=1):
+            async with db.transaction():
+                for i in range(6):
+                    await enqueue(db, keys, f"user{i}@example.com")
+            await receiver.wait_for(6)
+            await settled(recorder, 6)
+    with anyio.fail_after(WAIT):
+        while True:  # a closed session's counts reach the statistics within a second or so
+            claims = await db.fetchval(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+                "WHERE funcname = 'claim_webhooks_v1'"
+            )
+            if claims:
+                break
+            await anyio.sleep(0.1)
+    # One claim per NOTIFY and per answer, and a look every fifth of a second at most.
+    assert claims <= 6 + 1 + 2 * 10
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class Received:
     headers: dict[str, str]
     # Which of the receiver's secrets verified it (by the spec's library).
     verified_by: list[str] = field(default_factory=list)
+    # When it arrived (time.time()).
+    at: float = field(default_factory=time.time)
 
     @property
     def json(self) -> dict[str, object]:

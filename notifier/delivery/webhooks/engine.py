@@ -5,10 +5,12 @@ One process runs one WebhookWorker beside its email Worker, with slots of its ow
 claims every due delivery there is room for (claim_webhooks_v1, at most
 NOTIFIER_WEBHOOK_ENDPOINT_CONCURRENCY in flight to one endpoint across every worker), sends
 each in a task of its own, and completes it (batched) only while its lease still holds. The
-next round starts when NOTIFY notifier_webhooks_v1 says new deliveries were written, when a
-retry or an abandoned lease comes due (asked of the database after each round), or after
-NOTIFIER_WEBHOOK_SWEEP_INTERVAL at the latest. At least once: a delivery is sent again only
-after a failure or an unknown outcome (its webhook-id lets the receiver drop a duplicate).
+next round starts when NOTIFY notifier_webhooks_v1 says new deliveries were written, when one
+of its own requests ends (its endpoint has a place again), when a retry or an abandoned lease
+comes due (asked of the database after each round; a fifth of a second while due deliveries
+wait for places another worker holds), or after NOTIFIER_WEBHOOK_SWEEP_INTERVAL at the
+latest. At least once: a delivery is sent again only after a failure or an unknown outcome
+(its webhook-id lets the receiver drop a duplicate).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ CHANNEL = "notifier_webhooks_v1"
 # completion's round trip.
 LEASE_MARGIN_SECONDS = 30.0
 CLAIM_ERROR_BACKOFF_SECONDS = 1.0
+# How soon to look again when deliveries are due but their endpoints are full.
+ENDPOINT_FULL_RECHECK_SECONDS = 0.2
 COMPLETION_BATCH = 100
 
 
@@ -120,8 +124,12 @@ class WebhookWorker:
             # Notifications from now on wake the next round, even while this one claims.
             self._woken = anyio.Event()
             try:
-                await self._claim_all_due()
+                short = await self._claim_all_due()
                 wait = await leases.next_due(self.pool)
+                if short and wait == 0.0:
+                    # Due now, yet not claimed: its endpoint has all its places in flight.
+                    # Our own sends wake us as they end; another worker's do not.
+                    wait = ENDPOINT_FULL_RECHECK_SECONDS
             except Exception as exc:
                 log.warning("webhook claim failed (%s); retrying", exc)
                 wait = CLAIM_ERROR_BACKOFF_SECONDS
@@ -129,7 +137,8 @@ class WebhookWorker:
             with anyio.move_on_after(limit if wait is None else min(wait, limit)):
                 await self._woken.wait()
 
-    async def _claim_all_due(self) -> None:
+    async def _claim_all_due(self) -> bool:
+        """Claim until the slots are full or a claim comes back short (returns True)."""
         while True:
             free = self.settings.concurrency - self._in_flight
             if free <= 0:
@@ -147,13 +156,13 @@ class WebhookWorker:
                 )
                 if self._stopping and claimed:
                     await leases.release(self.pool, claimed)
-                    return
+                    return False
             assert self._sends is not None
             for row in claimed:
                 self._in_flight += 1
                 self._sends.start_soon(self._deliver, row)
             if len(claimed) < free:
-                return
+                return True
 
     async def _deliver(self, row: Claimed) -> None:
         try:
@@ -184,9 +193,9 @@ class WebhookWorker:
                 )
                 return
             self._noticed(row, answer, done)
-            if done.status == "pending":
-                # A retry was scheduled: the next round's wait must know of it.
-                self._woken.set()
+            # Its endpoint has a place free again, or a retry was scheduled that the next
+            # round's wait must know of.
+            self._woken.set()
         finally:
             self._in_flight -= 1
             self._slot_freed.set()
