@@ -41,9 +41,12 @@ _SECRET_CONTEXT = b"notifier.return-secret.v1"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 # Refused anywhere in a URL: controls, spaces, backslashes; in its path: ways of hiding a
-# dot segment or a slash from a prefix check.
+# dot segment or a slash from a prefix check (encoded; "..;" as Tomcat and Spring read it;
+# IIS's %u; an empty segment) and encoded control characters.
 _UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
-_HIDDEN_PATH = re.compile(r"%2e|%2f|%5c|(^|/)\.{1,2}(/|$)", re.IGNORECASE)
+_HIDDEN_PATH = re.compile(
+    r"%2e|%2f|%5c|%[01][0-9a-f]|%7f|%u|//|(^|/)\.{1,2}(;[^/]*)?(/|$)", re.IGNORECASE
+)
 
 
 class InvalidReturn(NotifierError):
@@ -198,6 +201,8 @@ def signed_return(
         }
     )
     base, hash_mark, fragment = return_to.partition("#")
+    if base.endswith("?"):  # an empty query: ours is the whole of it
+        base = base[:-1]
     joined = f"{base}{'&' if urlsplit(base).query else '?'}{query}"
     return joined + hash_mark + fragment
 

@@ -22,7 +22,10 @@ from notifier.errors import NotifierError
 MAX_URL_LENGTH = 2048
 # IPv6 prefixes that carry an IPv4 address inside (NAT64, 6to4): judged by that address.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# Local-use NAT64 (RFC 8215): its translator may embed the IPv4 address at any RFC 6052
+# offset, so no reading of it is safe; and site-local, deprecated but still routed on some
+# networks, which Python 3.11 counts as neither private nor reserved.
+_INTERNAL_IPV6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("fec0::/10"))
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -71,8 +74,10 @@ def check_url(url: str, allow_private: bool) -> Target:
 def forbidden(address: IPAddress) -> str | None:
     """Why webhooks may not go to `address` (None: a public address they may reach)."""
     if isinstance(address, ipaddress.IPv6Address):
+        if any(address in network for network in _INTERNAL_IPV6):
+            return "an internal IPv6 address (local-use NAT64 or site-local)"
         inner = address.ipv4_mapped or address.sixtofour
-        if inner is None and (address in _NAT64 or address in _NAT64_LOCAL):
+        if inner is None and address in _NAT64:
             inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if inner is not None:
             return forbidden(inner)

@@ -123,3 +123,17 @@ async def test_an_unknown_endpoint_is_a_404_page(
         "/console/webhooks/00000000-0000-0000-0000-000000000000",
     ):
         assert (await console.get(path, headers=read)).status_code == 404
+
+
+async def test_a_read_key_sees_an_endpoints_origin_and_an_admin_its_whole_url(
+    console: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    # Webhook URLs often carry a credential (Slack's do, in the path).
+    url = "https://127.0.0.1:8443/services/T0/B0/secret-part?token=also-secret"
+    endpoint, _ = await webhooks.add(db, keys, url, allow_private=True)
+    read, admin = await make_key(db, ["read"]), await make_key(db, ["read", "admin"])
+    for path in ("/console/webhooks", f"/console/webhooks/{endpoint.id}"):
+        seen = (await console.get(path, headers=bearer(read))).text
+        assert "secret-part" not in seen and "also-secret" not in seen
+        assert "https://127.0.0.1:8443/…" in seen
+        assert url.replace("&", "&amp;") in (await console.get(path, headers=bearer(admin))).text

@@ -399,7 +399,7 @@ async def test_a_target_refused_at_send_time_is_never_connected_to(
     counting_port: CountingPort,
 ) -> None:
     # Registered while private targets were allowed, sent after they no longer are.
-    url = f"http://127.0.0.1:{counting_port.port}/hooks"
+    url = f"https://127.0.0.1:{counting_port.port}/hooks"
     await webhooks.add(db, keys, url, allow_private=True)
     recorder = Recorder()
     async with running_webhooks(database_url, keys, recorder=recorder, allow_private=False):
@@ -410,6 +410,38 @@ async def test_a_target_refused_at_send_time_is_never_connected_to(
     detail = await db.fetchval("SELECT detail FROM notifier.webhook_attempts")
     assert "loopback" in detail
     assert counting_port.connections() == 0
+
+
+async def test_an_http_endpoint_gets_nothing_in_cleartext_once_private_targets_are_not_allowed(
+    db: asyncpg.Connection,
+    database_url: str,
+    keys: TokenKeys,
+    counting_port: CountingPort,
+) -> None:
+    url = f"http://127.0.0.1:{counting_port.port}/hooks"
+    await webhooks.add(db, keys, url, allow_private=True)
+    recorder = Recorder()
+    async with running_webhooks(database_url, keys, recorder=recorder, allow_private=False):
+        await enqueue(db, keys, "ada@example.com")
+        with anyio.fail_after(WAIT):
+            [attempted] = await recorder.wait_for_kind(events.WebhookAttempted)
+    assert attempted.outcome == "refused"
+    detail = await db.fetchval("SELECT detail FROM notifier.webhook_attempts")
+    assert "must be https" in detail
+    assert counting_port.connections() == 0
+
+
+async def test_a_retry_after_that_is_no_number_is_ignored_and_the_schedule_waits(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys
+) -> None:
+    # "\xb2" is "²" in latin-1, which Python calls a digit but cannot make a float of.
+    recorder = Recorder()
+    async with receiving() as receiver, running_webhooks(database_url, keys, recorder=recorder):
+        await register(db, keys, receiver)
+        receiver.plan(Answer(429, headers=(("Retry-After", "\xb2"),)))
+        await enqueue(db, keys, "ada@example.com")
+        await settled(recorder)
+    assert await attempt_outcomes(db) == ["throttled", "delivered"]
 
 
 async def test_an_unknown_endpoint_id_is_an_error_for_every_change(

@@ -61,6 +61,11 @@ def test_a_url_under_a_prefix_is_allowed(url: str) -> None:
         "https://app.example.com/welcome/%2e%2e/admin",
         "https://app.example.com/welcome%2Fx",
         "https://app.example.com/welcome%5cx",
+        "https://app.example.com/welcome/..;/admin",
+        "https://app.example.com/welcome/.%00./admin",
+        "https://app.example.com/welcome/%u002e%u002e/admin",
+        "https://app.example.com/welcome//evil",
+        "https://app.example.com/welcome/x%00",
         "https://app.example.com/welcome\t",
         "https://app.example.com/welcome\n",
         "https://app.example.com/welcome?signature=x",
@@ -129,6 +134,12 @@ def test_the_parameters_go_before_a_fragment_and_after_a_query() -> None:
     )
     assert url.startswith("https://app.example.com/welcome?a=1&verification_id=")
     assert url.endswith("#top")
+
+
+def test_an_empty_query_is_replaced_by_ours() -> None:
+    url = signed_return("https://app.example.com/welcome?", uuid.uuid4(), "verified", KEYS, None)
+    assert url.startswith("https://app.example.com/welcome?verification_id=")
+    assert check_return(url, KEYS).outcome == "verified"
 
 
 def test_a_url_carrying_two_of_a_parameter_is_refused() -> None:

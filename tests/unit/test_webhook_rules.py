@@ -44,6 +44,8 @@ KEYS = TokenKeys(("a webhook test secret, thirty-two chars or more",))
         "2002:7f00:0001::1",
         "64:ff9b::7f00:1",
         "64:ff9b::a00:1",
+        "64:ff9b:1:7f00:0:100:808:808",  # local-use NAT64: any reading may be internal
+        "fec0::1",  # site-local
         "ff02::1",
         "2001:db8::1",
     ],

@@ -233,11 +233,11 @@ class WebhookWorker:
         )
         if done.status == "dead":
             log.warning(
-                "webhook delivery %d (%s to %s) is dead after %d attempts: %s; replay it "
-                "from the console once the endpoint works",
+                "webhook delivery %d (%s to endpoint %s) is dead after %d attempts: %s; "
+                "replay it from the console once the endpoint works",
                 row.id,
                 row.event_type,
-                row.url,
+                row.endpoint_id,  # not its URL: URLs often carry a credential
                 row.attempt,
                 answer.detail,
             )

@@ -24,7 +24,7 @@ import httpcore
 from notifier.redact import printable
 from notifier.version import __version__
 from notifier.webhook_outcomes import AttemptOutcome, outcome_of
-from notifier.webhook_targets import IPAddress, Target, TargetRefused, resolve
+from notifier.webhook_targets import IPAddress, Target, TargetRefused, check_url, resolve
 
 # What is kept of a receiver's answer, and of an error's words.
 DETAIL_CHARS = 300
@@ -89,6 +89,7 @@ class Sender:
         self, timeout: float, allow_private: bool, ssl_context: ssl.SSLContext | None = None
     ) -> None:
         self.timeout = timeout
+        self._allow_private = allow_private
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context,
             max_connections=256,
@@ -99,6 +100,12 @@ class Sender:
     async def post(self, url: str, headers: Mapping[str, str], body: bytes) -> Answer:
         started = time.monotonic()
         sent = False
+        try:
+            # Checked again as it is sent: an http:// endpoint registered while private
+            # targets were allowed gets nothing in cleartext once they are not.
+            check_url(url, self._allow_private)
+        except TargetRefused as exc:
+            return Answer("refused", None, _cut(str(exc)), 0.0)
 
         async def trace(name: str, info: Mapping[str, Any]) -> None:
             nonlocal sent
@@ -164,7 +171,7 @@ def _retry_after(headers: list[tuple[bytes, bytes]]) -> float | None:
         if name.lower() != b"retry-after":
             continue
         text = value.decode("latin-1").strip()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # "²".isdigit() is true, float("²") fails
             return float(text)
         try:
             when = email.utils.parsedate_to_datetime(text)

@@ -28,7 +28,7 @@ from notifier.web.console.data import (
     QueueSnapshot,
     Search,
 )
-from notifier.web.console.webhook_data import EndpointView, WebhookDelivery
+from notifier.web.console.webhook_data import EndpointView, WebhookDelivery, shown_url
 from notifier.web.templating import render
 
 STYLESHEET = "/console/static/console.css"
@@ -100,6 +100,7 @@ def _render(template: str, viewer: Viewer, current: str, **values: object) -> st
         stylesheet=STYLESHEET,
         csrf_field=CSRF_FIELD,
         tones=_TONE,
+        shown_url=shown_url,
         **values,
     )
 

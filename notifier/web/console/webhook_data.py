@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from notifier.event_types import event_id
 from notifier.storage import event_feed, webhooks
@@ -116,3 +117,16 @@ async def _with_attempts(conn: Runner, rows: Sequence[Any]) -> list[WebhookDeliv
         )
         for r in rows
     ]
+
+
+def shown_url(url: str | None, admin: bool) -> str:
+    """An endpoint's URL as a viewer may see it: whole to an admin key (it may change the
+    endpoint anyway, and /v1/webhooks shows it whole); to a read key only its origin, since
+    webhook URLs often carry a credential in their path or query."""
+    if url is None:
+        return "(removed)"
+    if admin:
+        return url
+    parts = urlsplit(url)
+    rest = "/…" if (parts.path not in ("", "/") or parts.query) else "/"
+    return f"{parts.scheme}://{parts.netloc}{rest}"
