@@ -163,3 +163,21 @@ async def insert_backlog(conn: Any, rows: int, tag: str) -> int:
     """Insert `rows` due deliveries in one statement; returns time.time_ns() after COMMIT."""
     await conn.execute(INSERT_BACKLOG, rows, tokens.key_id(TOKEN_SECRET), MESSAGE_ID_DOMAIN, tag)
     return time.time_ns()
+
+
+# Verifications alone, no outbox rows: events (verification.created) with no email to send,
+# so what drains them is the webhook sender alone. $1: rows, $2: key id, $3: user id prefix.
+INSERT_VERIFICATIONS = """
+INSERT INTO notifier.verifications
+    (id, user_id, email, purpose, token_key_id, token_nonce, token_hash, expires_at)
+SELECT gen_random_uuid(), $3 || '-' || g, $3 || '-' || g || '@example.com', 'signup', $2,
+       sha256(convert_to(gen_random_uuid()::text, 'UTF8')),
+       sha256(convert_to(gen_random_uuid()::text, 'UTF8')),
+       now() + interval '1 hour'
+FROM generate_series(1, $1::integer) AS g
+"""
+
+
+async def insert_verifications(conn: Any, rows: int, tag: str) -> None:
+    """Insert `rows` verifications without outbox rows, in one statement."""
+    await conn.execute(INSERT_VERIFICATIONS, rows, tokens.key_id(TOKEN_SECRET), tag)

@@ -703,8 +703,9 @@ def _events_md(events: dict[str, Any] | None) -> list[str]:
     )
     out += [
         "",
-        "Webhooks: one endpoint subscribed to verification.created, the backlog committed at "
-        "once, one worker process posting to a receiver on loopback that answers at once; "
+        "Webhooks: one endpoint subscribed to verification.created, a backlog of "
+        "verifications without emails committed at once, one worker process posting to a "
+        "receiver on loopback that answers at once; "
         "webhooks per second from the commit to the last received, and each event's time "
         "from its commit to its webhook's arrival (ms).",
         "",

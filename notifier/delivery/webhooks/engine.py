@@ -7,10 +7,11 @@ NOTIFIER_WEBHOOK_ENDPOINT_CONCURRENCY in flight to one endpoint across every wor
 each in a task of its own, and completes it (batched) only while its lease still holds. The
 next round starts when NOTIFY notifier_webhooks_v1 says new deliveries were written, when one
 of its own requests ends (its endpoint has a place again), when a retry or an abandoned lease
-comes due (asked of the database after each round; a fifth of a second while due deliveries
-wait for places another worker holds), or after NOTIFIER_WEBHOOK_SWEEP_INTERVAL at the
-latest. At least once: a delivery is sent again only after a failure or an unknown outcome
-(its webhook-id lets the receiver drop a duplicate).
+comes due (asked of the database after a round, at most every fifth of a second while its
+requests are in flight, and again a fifth of a second later while due deliveries wait for
+places another worker holds), or after NOTIFIER_WEBHOOK_SWEEP_INTERVAL at the latest. At
+least once: a delivery is sent again only after a failure or an unknown outcome (its
+webhook-id lets the receiver drop a duplicate).
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ CHANNEL = "notifier_webhooks_v1"
 # completion's round trip.
 LEASE_MARGIN_SECONDS = 30.0
 CLAIM_ERROR_BACKOFF_SECONDS = 1.0
-# How soon to look again when deliveries are due but their endpoints are full.
-ENDPOINT_FULL_RECHECK_SECONDS = 0.2
+# How often the sender asks what comes due next while its requests are in flight, and how
+# soon it looks again when deliveries are due but their endpoints' places are all taken.
+LOOK_SECONDS = 0.2
 COMPLETION_BATCH = 100
 
 
@@ -120,16 +122,28 @@ class WebhookWorker:
             self._claiming.cancel()
 
     async def _rounds(self) -> None:
+        looked_at = -LOOK_SECONDS  # when the database was last asked what comes due next
+        due_at: float | None = None  # what it said, on this clock
         while True:
             # Notifications from now on wake the next round, even while this one claims.
             self._woken = anyio.Event()
             try:
                 short = await self._claim_all_due()
-                wait = await leases.next_due(self.pool)
-                if short and wait == 0.0:
-                    # Due now, yet not claimed: its endpoint has all its places in flight.
-                    # Our own sends wake us as they end; another worker's do not.
-                    wait = ENDPOINT_FULL_RECHECK_SECONDS
+                now = anyio.current_time()
+                wait: float | None
+                if self._in_flight and now - looked_at < LOOK_SECONDS:
+                    # Our own requests wake us as they end: under load, ask again of retries
+                    # and lapsed leases only every LOOK_SECONDS, not after every claim.
+                    wait = looked_at + LOOK_SECONDS - now
+                    if due_at is not None and due_at > now:
+                        wait = min(wait, due_at - now)
+                else:
+                    wait = await leases.next_due(self.pool)
+                    looked_at, due_at = now, None if wait is None else now + wait
+                    if short and wait == 0.0:
+                        # Due now, yet not claimed: its endpoint has all its places in flight
+                        # (another worker's requests do not wake us as they end).
+                        wait = LOOK_SECONDS
             except Exception as exc:
                 log.warning("webhook claim failed (%s); retrying", exc)
                 wait = CLAIM_ERROR_BACKOFF_SECONDS
