@@ -164,6 +164,10 @@ async def _delivery_path(
     await _set_triggers(monitor, DELIVERY_TRIGGERS, True)
     cpu_on = statistics.median(per_delivery[True])
     cpu_off = statistics.median(per_delivery[False])
+    # The worker runs the same statements and gets the same rows either way, so its rounds
+    # differ by noise alone; what the events add is PostgreSQL's work.
+    pg_on = statistics.median(p for _, p in split[True])
+    pg_off = statistics.median(p for _, p in split[False])
     return {
         "profile": profile.name,
         "rows": rows,
@@ -171,6 +175,8 @@ async def _delivery_path(
         "cpu_us_per_delivery_events_on": round(cpu_on, 1),
         "cpu_us_per_delivery_events_off": round(cpu_off, 1),
         "ratio": round(cpu_on / cpu_off, 3),
+        "pg_added_us": round(pg_on - pg_off, 1),
+        "pg_added_pct": round((pg_on - pg_off) / cpu_off * 100, 2),
         "rounds_on": [round(r, 1) for r in per_delivery[True]],
         "rounds_off": [round(r, 1) for r in per_delivery[False]],
         # Each round's (worker, PostgreSQL) CPU µs per delivery.

@@ -682,13 +682,14 @@ def _events_md(events: dict[str, Any] | None) -> list[str]:
         "",
     ]
     out += _table(
-        ["path", "events on", "events off", "cost"],
+        ["path", "events on", "events off", "cost", "PostgreSQL's added CPU"],
         [
             [
                 "request (calls/s)",
                 _num(request["calls_per_s_events_on"], 0),
                 _num(request["calls_per_s_events_off"], 0),
                 f"{request['cost_pct']:.1f}%",
+                "",
             ],
             *(
                 [
@@ -696,6 +697,7 @@ def _events_md(events: dict[str, Any] | None) -> list[str]:
                     f"{_num(d['cpu_us_per_delivery_events_on'], 0)} ({_split(d['split_on'])})",
                     f"{_num(d['cpu_us_per_delivery_events_off'], 0)} ({_split(d['split_off'])})",
                     f"{(d['ratio'] - 1) * 100:+.1f}%",
+                    f"{_num(d['pg_added_us'], 0)} µs ({d['pg_added_pct']:+.1f}%)",
                 ]
                 for d in delivery
             ),
