@@ -1,6 +1,6 @@
 -- Why: events were written by a row trigger per change, each calling emit_v1, which cost
--- about nine times a set-based insert: a batch of 50 completions ran 50 trigger calls, 100
--- nested function calls and 50 fan-out queries. And every question those triggers asked
+-- four to nine times a set-based insert: a batch of 50 completions ran 50 trigger calls,
+-- 100 nested function calls and 50 fan-out queries. And every question those triggers asked
 -- inside the functions that turn sequential scans off (request, claim, complete) was
 -- planned at a disabled scan's cost when no index answered it, past jit_above_cost, so
 -- PostgreSQL JIT-compiled it on every call (370 ms for "is any endpoint enabled?").
