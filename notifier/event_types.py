@@ -1,7 +1,7 @@
 """What the app hears: every type of event a state change writes, and how an event is named.
 
 An event is a row the database writes in the same transaction as the change it records
-(schema 0015: statement triggers on the rows that change insert into notifier.events), so
+(schema 0016: statement triggers on the rows that change insert into notifier.events), so
 it exists exactly when its change committed. The feed (`GET /v1/events`), the webhooks and
 NOTIFY notifier_events all carry these. A new type is one line here and one line in the
 trigger (or one INSERT in the function) where its change happens; the feed, the webhooks and

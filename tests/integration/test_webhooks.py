@@ -392,14 +392,11 @@ async def test_a_private_or_unsafe_target_is_refused_at_registration_before_any_
     assert counting_port.connections() == 0
 
 
-async def test_a_target_refused_at_send_time_is_never_connected_to(
-    db: asyncpg.Connection,
-    database_url: str,
-    keys: TokenKeys,
-    counting_port: CountingPort,
-) -> None:
-    # Registered while private targets were allowed, sent after they no longer are.
-    url = f"https://127.0.0.1:{counting_port.port}/hooks"
+async def refused_at_send_time(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, url: str
+) -> str:
+    """Register `url` while private targets are allowed, send an event once they are not,
+    and return the refused attempt's detail."""
     await webhooks.add(db, keys, url, allow_private=True)
     recorder = Recorder()
     async with running_webhooks(database_url, keys, recorder=recorder, allow_private=False):
@@ -407,8 +404,18 @@ async def test_a_target_refused_at_send_time_is_never_connected_to(
         with anyio.fail_after(WAIT):
             [attempted] = await recorder.wait_for_kind(events.WebhookAttempted)
     assert attempted.outcome == "refused"
-    detail = await db.fetchval("SELECT detail FROM notifier.webhook_attempts")
-    assert "loopback" in detail
+    detail: str = await db.fetchval("SELECT detail FROM notifier.webhook_attempts")
+    return detail
+
+
+async def test_a_target_refused_at_send_time_is_never_connected_to(
+    db: asyncpg.Connection,
+    database_url: str,
+    keys: TokenKeys,
+    counting_port: CountingPort,
+) -> None:
+    url = f"https://127.0.0.1:{counting_port.port}/hooks"
+    assert "loopback" in await refused_at_send_time(db, database_url, keys, url)
     assert counting_port.connections() == 0
 
 
@@ -419,15 +426,7 @@ async def test_an_http_endpoint_gets_nothing_in_cleartext_once_private_targets_a
     counting_port: CountingPort,
 ) -> None:
     url = f"http://127.0.0.1:{counting_port.port}/hooks"
-    await webhooks.add(db, keys, url, allow_private=True)
-    recorder = Recorder()
-    async with running_webhooks(database_url, keys, recorder=recorder, allow_private=False):
-        await enqueue(db, keys, "ada@example.com")
-        with anyio.fail_after(WAIT):
-            [attempted] = await recorder.wait_for_kind(events.WebhookAttempted)
-    assert attempted.outcome == "refused"
-    detail = await db.fetchval("SELECT detail FROM notifier.webhook_attempts")
-    assert "must be https" in detail
+    assert "must be https" in await refused_at_send_time(db, database_url, keys, url)
     assert counting_port.connections() == 0
 
 
