@@ -96,6 +96,10 @@ REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
             26: "60",
             27: "NULL",  # replaces nothing
             28: "NULL",  # no return_to
+            29: "'link'",  # a link: no code to hash
+            30: "NULL",
+            31: "6",
+            32: "600",
         },
     ),
 )

@@ -2,11 +2,19 @@
 
 from notifier.return_urls import InvalidReturn, Returned
 from notifier.return_urls import check_return as _check_return
+from notifier.storage.codes import (
+    InTransaction,
+    UnknownVerification,
+    confirm_code,
+    confirm_code_sync,
+)
 from notifier.storage.outbox import request_verification, request_verification_sync
 from notifier.tokens import TokenKeys
 from notifier.verifications import (
+    CodeCheck,
     IdempotencyConflict,
     InvalidRequest,
+    NoCode,
     NotInTransaction,
     Policy,
     RequestError,
@@ -33,18 +41,24 @@ def check_return(
 
 
 __all__ = [
+    "CodeCheck",
     "IdempotencyConflict",
+    "InTransaction",
     "InvalidRequest",
     "InvalidReturn",
+    "NoCode",
     "NotInTransaction",
     "Policy",
     "RequestError",
     "Returned",
     "Suppressed",
     "Throttled",
+    "UnknownVerification",
     "VerificationResult",
     "__version__",
     "check_return",
+    "confirm_code",
+    "confirm_code_sync",
     "request_verification",
     "request_verification_sync",
 ]

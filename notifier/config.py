@@ -17,6 +17,7 @@ from notifier import settings_values as parse
 from notifier import tokens
 from notifier.errors import ConfigError
 from notifier.mailbox_providers import SHARED_DOMAINS
+from notifier.outcomes import Method
 from notifier.return_urls import ReturnUrls
 from notifier.settings_spec import Env, load, setting
 
@@ -455,6 +456,51 @@ class RequestSettings(Group):
 
 
 @dataclass(frozen=True, slots=True)
+class CodeSettings(Group):
+    """How a verification is confirmed unless its request says, and the limits on codes.
+    The attacker's budget they give is stated in docs/operations.md ("Codes")."""
+
+    method: Method = setting(
+        "NOTIFIER_VERIFY_METHOD",
+        parse.choice(Method),
+        "link",
+        "How a request without `method` is confirmed: link, code (typed into the app) or "
+        "link_and_code.",
+    )
+    digits: int = setting(
+        "NOTIFIER_CODE_DIGITS", parse.integer(6, 10), 6, "Digits in a code.", unit="digits"
+    )
+    ttl_seconds: float = setting(
+        "NOTIFIER_CODE_TTL",
+        parse.seconds(60, DAY),
+        600.0,
+        "How long a code stays valid (NIST SP 800-63B: 10 minutes); never longer than its "
+        "link. A code-only verification lives this long.",
+        unit="s",
+    )
+    max_failures: int = setting(
+        "NOTIFIER_CODE_ATTEMPTS",
+        parse.integer(1, 10),
+        5,
+        "Wrong codes that lock a verification's code (a new request is needed).",
+    )
+    mailbox_failures: int = setting(
+        "NOTIFIER_CODE_MAILBOX_FAILURES",
+        parse.integer(1, 10_000),
+        20,
+        "Wrong codes one mailbox may spend within the failure window, over all its "
+        "verifications; a resend or a new request does not reset it.",
+    )
+    failure_window: float = setting(
+        "NOTIFIER_CODE_FAILURE_WINDOW",
+        parse.seconds(3600, 7 * DAY),
+        DAY,
+        "The window NOTIFIER_CODE_MAILBOX_FAILURES counts in.",
+        unit="s",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ApiSettings(Group):
     """Where the two HTTP listeners listen, and what one client can hold of them."""
 
@@ -687,6 +733,7 @@ GROUPS: tuple[type[Group], ...] = (
     ApiSettings,
     TokenSettings,
     RequestSettings,
+    CodeSettings,
     WorkerSettings,
     SmtpSettings,
     MessageSettings,

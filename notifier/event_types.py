@@ -21,6 +21,7 @@ EventType = Literal[
     "verification.confirmed",  # the person confirmed the address
     "verification.expired",  # its link lapsed unconfirmed (found by the lapse sweep)
     "verification.superseded",  # a newer verification replaced it (data: superseded_by)
+    "verification.code_locked",  # wrong codes locked its code (data: code_failures)
     "email.suppressed",  # an address is refused for good for a while (data: redacted)
 ]
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)

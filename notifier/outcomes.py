@@ -49,6 +49,15 @@ AttemptOutcome = Literal[
 # notifier.delivery_outcome): the worker's outcomes, and what the database itself records
 # when a worker vanished mid-attempt or handed a row back at shutdown.
 RecordedOutcome = AttemptOutcome | Literal["lease_expired", "released"]
+# How a verification is confirmed (schema: verifications.method): by following its link,
+# by typing its code into the app, or either.
+Method = Literal["link", "code", "link_and_code"]
+# What a submitted code did (schema confirm_code_v1's result, past the two that are the
+# caller's mistake: not_found and no_code). "wrong" is every wrong code alike, however it
+# was wrong.
+CodeOutcome = Literal["verified", "already_verified", "expired", "locked", "wrong"]
+# What locked a code: its own wrong codes, or its mailbox's over the failure window.
+CodeLock = Literal["attempts", "mailbox"]
 # What following a link did ("ready": a live link, seen without confirming it).
 ConfirmOutcome = Literal["verified", "already_verified", "expired", "invalid", "ready"]
 

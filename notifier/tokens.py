@@ -1,8 +1,10 @@
-"""Verification tokens: derived from a server secret and per-row data, never stored.
+"""Verification tokens and codes: derived from a server secret and per-row data, never stored.
 
 A token is "<key id>.<HMAC-SHA256(secret, context || verification id || nonce)>", URL-safe,
 256 bits of MAC. The database keeps the nonce and a SHA-256 of the token: with a dump alone
-nobody can produce a link, and the worker re-derives the same token at send time. What a
+nobody can produce a link, and the worker re-derives the same token at send time. A code
+is derived from the same secret and nonce in a context of its own; the database keeps only
+its HMAC under that secret (a plain hash of six digits is undone by trying a million). What a
 configured secret must be to serve as one (length, no example value, enough entropy) is
 decided here too.
 """
@@ -23,6 +25,9 @@ from notifier.errors import NotifierError
 NONCE_BYTES = 32
 # Binds the MAC to this use, so the secret could serve another purpose without collisions.
 _CONTEXT = b"notifier.verification-token.v1\x00"
+# The code's own contexts: one derives it, the other hashes it for storage.
+_CODE_CONTEXT = b"notifier.verification-code.v1\x00"
+_CODE_HASH_CONTEXT = b"notifier.verification-code-hash.v1"
 _KEY_ID_HEX_CHARS = 8
 _MAC_CHARS = 43  # 32 bytes in unpadded URL-safe base64
 
@@ -94,6 +99,30 @@ class TokenKeys:
         mac = hmac.new(secret, _CONTEXT + verification_id.bytes + nonce, hashlib.sha256).digest()
         return f"{kid}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
 
+    def code(self, kid: str, verification_id: uuid.UUID, nonce: bytes, digits: int) -> str:
+        """The verification's code: `digits` decimal digits derived like its token (same
+        secret, same nonce) in a context of its own, so neither tells anything of the other
+        and the worker re-derives it at send time. 64 bits of MAC reduced modulo 10**digits:
+        the bias is below one in 10**8 for ten digits."""
+        secret = self._by_id.get(kid)
+        if secret is None:
+            raise UnknownKeyError(kid)
+        mac = hmac.new(secret, _CODE_CONTEXT + verification_id.bytes + nonce, hashlib.sha256)
+        return str(int.from_bytes(mac.digest()[:8], "big") % 10**digits).zfill(digits)
+
+    def code_hashes(self, verification_id: uuid.UUID, code: str) -> list[tuple[str, bytes]]:
+        """A code's keyed hash under every configured secret, with its key id: what a
+        submitted code is compared by (the verification's key id picks one). The hash is
+        bound to the verification, so one code's hash says nothing of another's."""
+        data = verification_id.bytes + _code_bytes(code)
+        return [(kid, self._digest(kid, _CODE_HASH_CONTEXT, data)) for kid in self._by_id]
+
+    def code_hash(self, kid: str, verification_id: uuid.UUID, code: str) -> bytes:
+        """What the database keeps of a code: its keyed hash under secret `kid`."""
+        if kid not in self._by_id:
+            raise UnknownKeyError(kid)
+        return self._digest(kid, _CODE_HASH_CONTEXT, verification_id.bytes + _code_bytes(code))
+
     def sign(self, context: bytes, data: bytes) -> str:
         """`<key id>.<MAC>` of `data` for one `context`, under the newest secret.
 
@@ -135,6 +164,12 @@ class TokenKeys:
     def _mac(self, kid: str, context: bytes, data: bytes) -> str:
         digest = self._digest(kid, context, data)
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _code_bytes(code: str) -> bytes:
+    # Whatever was typed is hashed (and is then wrong like any wrong code), lone surrogates
+    # a JSON body may carry included.
+    return code.encode("utf-8", "surrogatepass")
 
 
 # -- what a configured secret must be ---------------------------------------------------------

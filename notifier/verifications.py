@@ -14,13 +14,14 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, get_args
 
 import orjson
 
 from notifier import addresses
 from notifier.addresses import Address
 from notifier.config import (
+    CodeSettings,
     RequestSettings,
     RetentionSettings,
     SmtpSettings,
@@ -28,7 +29,7 @@ from notifier.config import (
 )
 from notifier.errors import NotifierError
 from notifier.locales import normalize_locale
-from notifier.outcomes import ConfirmOutcome, DeliveryStatus
+from notifier.outcomes import CodeLock, CodeOutcome, ConfirmOutcome, DeliveryStatus, Method
 from notifier.settings_spec import value_of
 from notifier.tokens import TokenKeys
 
@@ -132,6 +133,8 @@ class Policy:
     # NOTIFIER_SCRUB_AFTER: an expired link older than this asks for a fresh start, not a
     # fresh link (its address is, or is about to be, scrubbed).
     resend_horizon: float = RetentionSettings().scrub_after
+    # The default method, and the codes' length, lifetime and limits.
+    codes: CodeSettings = field(default_factory=CodeSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Policy:
@@ -142,6 +145,7 @@ class Policy:
             message_id_domain=value_of(SmtpSettings, "message_id_domain", env)
             or value_of(SmtpSettings, "mail_from", env).rpartition("@")[2],
             resend_horizon=value_of(RetentionSettings, "scrub_after", env),
+            codes=CodeSettings.from_env(env),
         )
 
     @classmethod
@@ -152,6 +156,7 @@ class Policy:
         *,
         message_id_domain: str,
         resend_horizon: float = RetentionSettings().scrub_after,
+        codes: CodeSettings | None = None,
     ) -> Policy:
         return cls(
             keys=TokenKeys(tokens.secrets),
@@ -159,6 +164,7 @@ class Policy:
             message_id_domain=message_id_domain,
             limits=limits,
             resend_horizon=resend_horizon,
+            codes=CodeSettings() if codes is None else codes,
         )
 
 
@@ -171,6 +177,8 @@ class VerificationRequest:
     purpose: str = "signup"
     # The language the email is written in (a normalised tag); None: English.
     locale: str | None = None
+    # How it is confirmed: by link, by code, or either.
+    method: Method = "link"
 
     @classmethod
     def parse(
@@ -180,6 +188,7 @@ class VerificationRequest:
         purpose: str | None,
         separators: str,
         locale: str | None = None,
+        method: str = "link",
     ) -> VerificationRequest:
         try:
             address = addresses.parse(email, separators)
@@ -190,6 +199,7 @@ class VerificationRequest:
             address,
             _purpose(purpose or "signup"),
             _locale(locale) if locale is not None else None,
+            _method(method),
         )
 
     @property
@@ -201,6 +211,9 @@ class VerificationRequest:
         if self.locale is not None:
             # Appended only when given, so requests without one keep their fingerprints.
             fields.append(self.locale)
+        if self.method != "link":
+            # Likewise: a link request's fingerprint is what it was before codes.
+            fields.append(f"method:{self.method}")
         return orjson.dumps(fields)
 
     def fingerprint(self, keys: TokenKeys) -> bytes:
@@ -229,6 +242,7 @@ class VerificationResult:
     status: DeliveryStatus
     expires_at: datetime
     replayed: bool = False
+    method: Method = "link"
 
 
 def normalize_email(raw: str, separators: str = "+") -> str:
@@ -253,6 +267,12 @@ def _purpose(raw: str) -> str:
             "purpose", "must be lowercase letters, digits, '_', '.' or '-', starting with a letter"
         )
     return raw
+
+
+def _method(raw: str) -> Method:
+    if raw not in get_args(Method):
+        raise InvalidRequest("method", f"must be one of {', '.join(get_args(Method))}")
+    return raw  # type: ignore[return-value]
 
 
 def _locale(raw: str) -> str:
@@ -374,3 +394,34 @@ class Confirmation:
 def resend_key(token: str) -> str:
     """The idempotency key of the fresh link `token`'s page asks for: one per link."""
     return "resend:" + hashlib.sha256(token.encode()).hexdigest()[:40]
+
+
+# -- confirming by code ----------------------------------------------------------------------
+
+
+class NoCode(RequestError):
+    """A code was submitted for a verification that has none (its method is `link`)."""
+
+    code = "no_code"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this verification is confirmed by its link only (method link): it has no code; "
+            "request one with method code or link_and_code"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CodeCheck:
+    """What a submitted code did. `attempts_remaining`: wrong codes this verification may
+    still take (with "wrong" and "locked"); `superseded_by`: what replaced it (with
+    "expired", when a newer verification's email carries the code); `locked_by` and
+    `retry_after`: why it is locked, and for a mailbox lock, in how many seconds a code
+    may be tried again at the latest."""
+
+    outcome: CodeOutcome
+    verification_id: uuid.UUID
+    attempts_remaining: int | None = None
+    superseded_by: uuid.UUID | None = None
+    locked_by: CodeLock | None = None
+    retry_after: int | None = None

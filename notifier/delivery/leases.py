@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from notifier.outcomes import AttemptOutcome, DeliveryStatus, Discovery, Fate, Sendability
+from notifier.outcomes import (
+    AttemptOutcome,
+    DeliveryStatus,
+    Discovery,
+    Fate,
+    Method,
+    Sendability,
+)
 from notifier.storage.connection import Pool
 from notifier.storage.queries import arguments, sql
 
@@ -41,6 +48,11 @@ class Claimed:
     # was created (by the database clock, like expires_at).
     locale: str | None = None
     issued_at: datetime | None = None
+    # How it is confirmed, and for a code its length and lifetime (the code itself is
+    # derived at send time, like the token).
+    method: Method = "link"
+    code_digits: int | None = None
+    code_expires_at: datetime | None = None
 
     @classmethod
     def from_record(cls, r: Any) -> Claimed:
@@ -62,6 +74,9 @@ class Claimed:
             claimed_at=r["claimed_at"],
             locale=r["locale"],
             issued_at=r["issued_at"],
+            method=r["method"],
+            code_digits=r["code_digits"],
+            code_expires_at=r["code_expires_at"],
         )
 
 

@@ -20,44 +20,63 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from string import Template
 
+from notifier.codes import grouped
 from notifier.config import DEFAULT_PRODUCT_NAME, MessageSettings
 from notifier.delivery.lifetimes import stated_lifetime
 from notifier.errors import ConfigError
 from notifier.locales import DEFAULT_LOCALE, fallbacks, normalize_locale
+from notifier.outcomes import Method
 from notifier.settings_spec import spec_of
 
 # The variable errors about template overrides name.
 TEMPLATE_DIR_VARIABLE = spec_of(MessageSettings, "template_dir").name
 
-__all__ = ["TEMPLATE_DIR_VARIABLE", "VARIABLES", "OutgoingMessage", "TemplateSet", "Templates"]
+__all__ = [
+    "METHOD_FILES",
+    "TEMPLATE_DIR_VARIABLE",
+    "VARIABLES",
+    "OutgoingMessage",
+    "TemplateSet",
+    "Templates",
+]
 
-SUBJECT_FILE = "subject.txt"
-TEXT_FILE = "body.txt"
-HTML_FILE = "body.html"
-TEMPLATE_FILES = (SUBJECT_FILE, TEXT_FILE, HTML_FILE)
+# Each method's three files: subject, text body, HTML body. A link's are the files every
+# release had; a code's and a link-and-code's have names of their own, so an override
+# directory of an earlier release still means what it meant.
+METHOD_FILES: dict[Method, tuple[str, str, str]] = {
+    "link": ("subject.txt", "body.txt", "body.html"),
+    "code": ("code-subject.txt", "code-body.txt", "code-body.html"),
+    "link_and_code": ("link-code-subject.txt", "link-code-body.txt", "link-code-body.html"),
+}
+SUBJECT_FILE, TEXT_FILE, HTML_FILE = METHOD_FILES["link"]
+TEMPLATE_FILES = tuple(name for files in METHOD_FILES.values() for name in files)
 
 # What a template may use (README.md, "The email", documents the same list):
-#   $link             the verification URL
 #   $email            the recipient's address
 #   $purpose          what is being verified, e.g. "signup"
 #   $product_name     NOTIFIER_PRODUCT_NAME
+# a link's templates (link and link_and_code):
+#   $link             the verification URL
 #   $expires_in       how long the link lasts, in the template's language: "60 minutes",
 #                     "1 minute", "24 hours", "7 days" (the configured lifetime; see lifetimes)
 #   $expires_minutes  the same in whole minutes: "60"
 #   $expires_at       when it expires, in UTC: "2025-06-01 12:00 UTC"
-# Anything else is rejected when the templates load, rather than left in a sent email as a
-# literal `$name`.
-VARIABLES = frozenset(
-    {
-        "link",
-        "email",
-        "purpose",
-        "product_name",
-        "expires_in",
-        "expires_minutes",
-        "expires_at",
-    }
-)
+# a code's templates (code and link_and_code):
+#   $code                  the code, grouped for reading: "123 456"
+#   $code_expires_in       how long the code lasts, worded like $expires_in
+#   $code_expires_minutes  the same in whole minutes: "10"
+# Anything else, or a variable of another method (a $link in a code's email), is rejected
+# when the templates load, rather than left in a sent email as a literal `$name`.
+_COMMON = frozenset({"email", "purpose", "product_name"})
+_LINK = frozenset({"link", "expires_in", "expires_minutes", "expires_at"})
+_CODE = frozenset({"code", "code_expires_in", "code_expires_minutes"})
+METHOD_VARIABLES: dict[Method, frozenset[str]] = {
+    "link": _COMMON | _LINK,
+    "code": _COMMON | _CODE,
+    "link_and_code": _COMMON | _LINK | _CODE,
+}
+VARIABLES = frozenset().union(*METHOD_VARIABLES.values())
+_FILE_METHOD = {name: method for method, files in METHOD_FILES.items() for name in files}
 # RFC 3834: tells vacation responders and ticket systems not to answer.
 AUTO_SUBMITTED = "auto-generated"
 
@@ -210,13 +229,20 @@ def single_line(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class TemplateSet:
-    """One language's templates: subject, text body and HTML body."""
+class MethodTemplates:
+    """One method's templates in one language: subject, text body and HTML body."""
 
-    locale: str
     subject: Template
     text: Template
     html: Template
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateSet:
+    """One language's templates, for each method."""
+
+    locale: str
+    methods: Mapping[Method, MethodTemplates]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,10 +284,13 @@ class Templates:
             chain = [overrides.get(locale, {}), shipped.get(locale, {})]
             if locale != DEFAULT_LOCALE:
                 chain += [overrides.get(DEFAULT_LOCALE, {}), shipped[DEFAULT_LOCALE]]
-            parsed = [
-                _load_one(next(c[name] for c in chain if name in c)) for name in TEMPLATE_FILES
-            ]
-            sets[locale] = TemplateSet(locale, *parsed)
+            methods = {
+                method: MethodTemplates(
+                    *(_load_one(next(c[name] for c in chain if name in c)) for name in files)
+                )
+                for method, files in METHOD_FILES.items()
+            }
+            sets[locale] = TemplateSet(locale, methods)
         return cls(
             sets=sets,
             product_name=product_name,
@@ -303,8 +332,13 @@ class Templates:
         now: datetime,
         issued_at: datetime | None = None,
         locale: str | None = None,
+        method: Method = "link",
+        code: str | None = None,
+        code_expires_at: datetime | None = None,
     ) -> OutgoingMessage:
-        """Render the templates for one recipient, in the language closest to `locale`.
+        """Render `method`'s templates for one recipient, in the language closest to
+        `locale`: a link's carry `link`, a code's `code` (until `code_expires_at`), a
+        link-and-code's both; a code's email has no link in it.
 
         `issued_at` is when the verification was created: with it, the email states the
         link's configured lifetime (see lifetimes.stated_lifetime). Datetimes must be aware.
@@ -324,14 +358,22 @@ class Templates:
             "expires_minutes": str(lifetime.minutes),
             "expires_at": expires_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         }
+        if method != "link":
+            if code is None:
+                raise ValueError(f"a {method} email needs its code")
+            code_lifetime = stated_lifetime(code_expires_at or expires_at, now, issued_at)
+            values["code"] = grouped(code)
+            values["code_expires_in"] = code_lifetime.words(chosen.locale)
+            values["code_expires_minutes"] = str(code_lifetime.minutes)
         escaped = {name: html.escape(value, quote=True) for name, value in values.items()}
+        templates = chosen.methods[method]
         return OutgoingMessage(
             message_id=message_id,
             sender=sender,
             recipient=recipient,
-            subject=single_line(chosen.subject.safe_substitute(values)),
-            text=chosen.text.safe_substitute(values),
-            html=chosen.html.safe_substitute(escaped),
+            subject=single_line(templates.subject.safe_substitute(values)),
+            text=templates.text.safe_substitute(values),
+            html=templates.html.safe_substitute(escaped),
             date=now,
             sender_name=self.sender_name,
         )
@@ -412,10 +454,11 @@ def _parse(source: str, where: str) -> Template:
         raise ValueError(
             f"{where}: a `$` that starts no placeholder (write `$$` for a literal dollar sign)"
         )
-    unknown = sorted(set(template.get_identifiers()) - VARIABLES)
+    allowed = METHOD_VARIABLES[_FILE_METHOD[Path(where).name]]
+    unknown = sorted(set(template.get_identifiers()) - allowed)
     if unknown:
         raise ValueError(
             f"{where}: unknown variable(s) {', '.join('$' + u for u in unknown)}; "
-            f"known: {', '.join('$' + v for v in sorted(VARIABLES))}"
+            f"known: {', '.join('$' + v for v in sorted(allowed))}"
         )
     return template

@@ -469,6 +469,11 @@ class Worker:
         started = time.monotonic()
         try:
             token = self.keys.derive(row.token_key_id, row.verification_id, row.token_nonce)
+            code = None
+            if row.method != "link" and row.code_digits is not None:
+                code = self.keys.code(
+                    row.token_key_id, row.verification_id, row.token_nonce, row.code_digits
+                )
         except UnknownKeyError as exc:
             # The API may already have the new secret while this worker does not (a rollout
             # in progress): retry until the link expires, loudly, rather than fail it.
@@ -500,6 +505,9 @@ class Worker:
             now=datetime.now(UTC),
             issued_at=row.issued_at,
             locale=row.locale,
+            method=row.method,
+            code=code,
+            code_expires_at=row.code_expires_at,
         )
         gate = SendGate(flight, self.settings.lease_seconds, self._database_check)
         with (

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from notifier.outcomes import Method
 from notifier.return_urls import InvalidReturn
 from notifier.storage.connection import Runner
 from notifier.storage.drivers import (
@@ -58,6 +59,8 @@ class _Prepared:
     client_id: str | None
     replaces: uuid.UUID | None
     return_to: str | None
+    # The code's keyed hash (None: a link only).
+    code_hash: bytes | None
 
     @classmethod
     def of(
@@ -74,14 +77,20 @@ class _Prepared:
         return_to: str | None = None,
         key_return_urls: Sequence[str] | None = None,
         kept_return_to: str | None = None,
+        method: str | None = None,
     ) -> _Prepared:
         """InvalidRequest for anything malformed, before anything is sent. `return_to` is
         checked against NOTIFIER_RETURN_URLS (and `key_return_urls`, the calling API key's
         narrowing of them); `kept_return_to` is a resend's, stored as its verification had
-        it."""
-        policy = policy or _env_policy()
+        it. `method` None: NOTIFIER_VERIFY_METHOD's."""
+        policy = policy or env_policy()
         request = VerificationRequest.parse(
-            user_id, email, purpose, policy.limits.subaddress_separators, locale
+            user_id,
+            email,
+            purpose,
+            policy.limits.subaddress_separators,
+            locale,
+            policy.codes.method if method is None else method,
         )
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
@@ -91,21 +100,30 @@ class _Prepared:
             except InvalidReturn as exc:
                 raise InvalidRequest("return_to", str(exc)) from None
         verification_id = uuid.uuid4()
+        issued = policy.keys.issue(verification_id)
+        code_hash = None
+        if request.method != "link":
+            code = policy.keys.code(
+                issued.key_id, verification_id, issued.nonce, policy.codes.digits
+            )
+            code_hash = policy.keys.code_hash(issued.key_id, verification_id, code)
         return cls(
             request,
             policy,
             Budgets.of(policy, request, client_id),
             verification_id,
-            policy.keys.issue(verification_id),
+            issued,
             idempotency_key,
             client_id,
             replaces,
             kept_return_to,
+            code_hash,
         )
 
     def values(self, traceparent: str | None, tracestate: str | None) -> list[object]:
-        """request_v4's arguments, in the order the statement binds them. Ids go as text,
-        which every driver sends alike (the statement casts them)."""
+        """request_v5's arguments, in the order the statement binds them. Ids go as text,
+        which every driver sends alike (the statement casts them). A code-only
+        verification lives as long as its code."""
         request, policy, limits, budgets = (
             self.request,
             self.policy,
@@ -125,7 +143,9 @@ class _Prepared:
                 "p_token_key_id": self.issued.key_id,
                 "p_token_nonce": self.issued.nonce,
                 "p_token_hash": self.issued.token_hash,
-                "p_ttl": policy.ttl_seconds,
+                "p_ttl": policy.codes.ttl_seconds
+                if request.method == "code"
+                else policy.ttl_seconds,
                 "p_message_id": message_id_for(self.verification_id, policy.message_id_domain),
                 "p_max_attempts": limits.max_attempts,
                 "p_traceparent": traceparent,
@@ -143,11 +163,15 @@ class _Prepared:
                 "p_slice": budgets.slice_seconds,
                 "p_replaces": None if self.replaces is None else str(self.replaces),
                 "p_return_to": self.return_to,
+                "p_method": request.method,
+                "p_code_hash": self.code_hash,
+                "p_code_digits": policy.codes.digits,
+                "p_code_ttl": policy.codes.ttl_seconds,
             },
         )
 
 
-# The one statement every driver runs (schema request_v4): one round trip in the caller's
+# The one statement every driver runs (schema request_v5): one round trip in the caller's
 # transaction; a refusal comes back as a row and writes nothing.
 STATEMENT = "request_verification"
 
@@ -167,7 +191,7 @@ async def request(
             traceparent, tracestate = inject_current()
         row = await runner.fetch_one(sql(STATEMENT), prepared.values(traceparent, tracestate))
         _note(span, row)
-    return _answer(row)
+    return _answer(row, prepared.request.method)
 
 
 def request_sync(
@@ -184,7 +208,7 @@ def request_sync(
             traceparent, tracestate = inject_current()
         row = runner.fetch_one(sql(STATEMENT), prepared.values(traceparent, tracestate))
         _note(span, row)
-    return _answer(row)
+    return _answer(row, prepared.request.method)
 
 
 async def request_standalone(conn: Runner, **fields: Any) -> VerificationResult:
@@ -207,6 +231,7 @@ async def request_verification(
     locale: str | None = None,
     replaces: uuid.UUID | None = None,
     return_to: str | None = None,
+    method: str | None = None,
 ) -> VerificationResult:
     """Request a verification email, inside the caller's transaction on `conn` (an asyncpg
     Connection, a psycopg AsyncConnection, a SQLAlchemy AsyncConnection or AsyncSession).
@@ -224,7 +249,9 @@ async def request_verification(
     (a console resend: a support key replacing the app's failed verification).
     `return_to` is where the person goes back to after Confirm, with a signed outcome
     (notifier.check_return); it must be under NOTIFIER_RETURN_URLS, else InvalidRequest.
-    Resends keep it.
+    Resends keep it. `method`: "link", "code" (the email carries a code the person types
+    into the app, confirmed with confirm_code) or "link_and_code"; None:
+    NOTIFIER_VERIFY_METHOD's.
     """
     runner = async_runner(conn)
     if not await runner.in_transaction():
@@ -242,6 +269,7 @@ async def request_verification(
         locale=locale,
         replaces=replaces,
         return_to=return_to,
+        method=method,
     )
 
 
@@ -256,6 +284,7 @@ def request_verification_sync(
     client_id: str | None = None,
     locale: str | None = None,
     return_to: str | None = None,
+    method: str | None = None,
 ) -> VerificationResult:
     """`request_verification` on a sync connection (a psycopg Connection, a SQLAlchemy
     Connection or Session), inside the caller's transaction; the same arguments, result and
@@ -271,6 +300,7 @@ def request_verification_sync(
         client_id=client_id,
         locale=locale,
         return_to=return_to,
+        method=method,
     )
 
 
@@ -289,13 +319,18 @@ def _note(span: Any, row: Mapping[str, Any]) -> None:
             span.set_attribute("notifier.verification_id", str(row["id"]))
 
 
-def _answer(row: Mapping[str, Any]) -> VerificationResult:
-    """What request_v4's row means: a result, or the refusal raised as its error."""
+def _answer(row: Mapping[str, Any], method: Method) -> VerificationResult:
+    """What request_v5's row means: a result, or the refusal raised as its error. `method`:
+    the request's (a replay's too: its fingerprint holds the method)."""
     match row["result"]:
         case "accepted":
-            return VerificationResult(uuid.UUID(row["id"]), "pending", row["expires_at"])
+            return VerificationResult(
+                uuid.UUID(row["id"]), "pending", row["expires_at"], method=method
+            )
         case "replayed":
-            return VerificationResult(uuid.UUID(row["id"]), row["status"], row["expires_at"], True)
+            return VerificationResult(
+                uuid.UUID(row["id"]), row["status"], row["expires_at"], True, method
+            )
         case "conflict":
             raise IdempotencyConflict()
         case "suppressed":
@@ -303,13 +338,14 @@ def _answer(row: Mapping[str, Any]) -> VerificationResult:
         case "throttled":
             raise Throttled(row["retry_after"], row["limit_scope"])
         case unknown:
-            raise RuntimeError(f"request_v4 answered {unknown!r}")
+            raise RuntimeError(f"request_v5 answered {unknown!r}")
 
 
 _cached_policy: Policy | None = None
 
 
-def _env_policy() -> Policy:
+def env_policy() -> Policy:
+    """The policy the environment configures, read once: the library calls' default."""
     global _cached_policy
     if _cached_policy is None:
         _cached_policy = Policy.from_env()

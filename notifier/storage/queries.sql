@@ -22,14 +22,14 @@ SELECT version, name, checksum, applied_at FROM notifier.schema_migrations ORDER
 INSERT INTO notifier.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 
 -- name: request_verification
--- request_v4's parameters by name (schema/0015_events_webhooks_return_urls.sql), each
+-- request_v5's parameters by name (schema/0017_verification_codes.sql), each
 -- cast to its type, so every driver sends the same statement whatever it infers from a
 -- value (an empty list, a uuid given as text). A whole verification request in one
 -- statement: idempotency, suppression, the limits, the verification and its outbox row (the
 -- NOTIFY trigger), the budgets, supersession, and the events of them. One row: result
 -- (accepted, replayed, conflict, suppressed, throttled), and what goes with it.
 SELECT result, id::text AS id, status, expires_at, outbox_id, retry_after, limit_scope
-FROM notifier.request_v4(
+FROM notifier.request_v5(
     p_id => $1::uuid, p_user_id => $2::text, p_email => $3::text, p_mailbox => $4::text,
     p_suppression_key => $5::text, p_purpose => $6::text, p_locale => $7::text,
     p_token_key_id => $8::text, p_token_nonce => $9::bytea, p_token_hash => $10::bytea,
@@ -39,7 +39,21 @@ FROM notifier.request_v4(
     p_idempotency_ttl => $19::float8, p_client_id => $20::text, p_resend_limit => $21::int,
     p_window => $22::float8, p_budget_scopes => $23::text[], p_budget_subjects => $24::bytea[],
     p_budget_limits => $25::int[], p_slice => $26::float8, p_replaces => $27::uuid,
-    p_return_to => $28::text);
+    p_return_to => $28::text, p_method => $29::text, p_code_hash => $30::bytea,
+    p_code_digits => $31::int, p_code_ttl => $32::float8);
+
+-- name: confirm_code
+-- $1: verification id, $2: the calling API key (NULL: the application's own code), $3: the
+-- configured key ids, $4: the submitted code's keyed hash under each, $5: wrong codes that
+-- lock a verification, $6: wrong codes a mailbox may spend within $7 seconds. Judges the
+-- code and counts it in one statement (confirm_code_v1, schema 0017): one row, its result
+-- (not_found, no_code, already_verified, expired, locked, verified, wrong) and what goes
+-- with it.
+SELECT result, attempts_remaining, superseded_by::text AS superseded_by, locked_by, retry_after
+FROM notifier.confirm_code_v1(
+    p_id => $1::uuid, p_client_id => $2::text, p_key_ids => $3::text[],
+    p_code_hashes => $4::bytea[], p_max_failures => $5::int, p_mailbox_failures => $6::int,
+    p_window => $7::float8);
 
 -- name: confirm_token
 -- $1: token hash, $2: apply (true: confirm a live link; false: only say what it would do,
@@ -63,6 +77,7 @@ SELECT v.id, v.user_id, v.email, v.purpose, v.created_at, v.expires_at, v.verifi
        v.superseded_at, v.superseded_by,
        o.status, o.attempts, o.max_attempts, o.next_attempt_at, o.last_outcome, o.last_error,
        o.completed_at, o.message_id,
+       v.method, v.code_failures, v.code_locked_at, v.code_expires_at,
        l.id AS latest_id, lo.status AS latest_status, l.verified_at AS latest_verified_at,
        l.expires_at AS latest_expires_at
 FROM notifier.verifications v
@@ -185,9 +200,12 @@ SELECT NULL::bigint[] AS bigints, NULL::uuid[] AS uuids, NULL::boolean[] AS bool
 -- name: claim_by_ids
 -- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
 -- Claims exactly the named rows that are claimable now and not locked by another claim
--- (claim_v3 locks them, SKIP LOCKED, and claims them; schema/0013).
-SELECT * FROM notifier.claim_v3(
-    candidate_ids => $1::bigint[], owner => $2, lease_seconds => $3, discovery => $4);
+-- (claim_v3 locks them, SKIP LOCKED, and claims them; schema/0013), with what the email of
+-- each needs of its code (schema 0017): its method, and the code's length and lifetime.
+SELECT c.*, v.method, v.code_digits, v.code_expires_at
+FROM notifier.claim_v3(
+    candidate_ids => $1::bigint[], owner => $2, lease_seconds => $3, discovery => $4) c
+JOIN notifier.verifications v ON v.id = c.verification_id;
 
 -- name: claim_due
 -- $1: most rows to claim, $2: lease owner, $3: lease (seconds), $4: discovered_by for due
@@ -208,10 +226,12 @@ WITH expired AS MATERIALIZED (
     LIMIT greatest($1 - (SELECT count(*) FROM expired), 0)
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM notifier.claim_v3(
+SELECT c.*, v.method, v.code_digits, v.code_expires_at
+FROM notifier.claim_v3(
     candidate_ids => ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due),
     owner => $2, lease_seconds => $3, discovery => $4
-);
+) c
+JOIN notifier.verifications v ON v.id = c.verification_id;
 
 -- name: check_sendable
 -- $1: outbox ids (bigint[]), $2: their lease tokens (uuid[]). The gate just before DATA:
@@ -416,6 +436,7 @@ LIMIT $2;
 -- needs; never the token or its hash.
 SELECT v.id, v.user_id, v.email, v.mailbox, v.purpose, v.locale, v.client_id, v.created_at,
        v.expires_at, v.verified_at, v.superseded_at, v.scrubbed_at, v.return_to,
+       v.method, v.code_failures, v.code_locked_at, v.code_expires_at,
        o.status, o.attempts, o.max_attempts, o.unknown_outcomes, o.next_attempt_at,
        o.last_outcome, o.last_error, o.completed_at, o.message_id, o.traceparent
 FROM notifier.verifications v

@@ -18,8 +18,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from notifier.outcomes import CodeOutcome
 from notifier.redact import redact_email
-from notifier.storage import event_feed, suppressions, webhooks
+from notifier.storage import codes, event_feed, suppressions, webhooks
 from notifier.storage.connection import Runner
 from notifier.storage.outbox import request_standalone
 from notifier.storage.queries import sql
@@ -42,6 +43,8 @@ from notifier.web.access import (
 )
 from notifier.web.api_models import (
     Attempts,
+    CodeIn,
+    CodeOut,
     EventOut,
     EventsPage,
     LatestVerification,
@@ -149,14 +152,79 @@ async def create_verification(
         locale=body.locale,
         return_to=body.return_to,
         key_return_urls=caller.return_urls if caller is not None else None,
+        method=body.method,
     )
     return OrjsonResponse(
         VerificationAccepted(
-            id=result.id, status=result.status, expires_at=result.expires_at
+            id=result.id, status=result.status, method=result.method, expires_at=result.expires_at
         ).model_dump(mode="json"),
         status_code=202,
         headers={"Idempotent-Replayed": "true"} if result.replayed else None,
     )
+
+
+# What the app may tell the person, by what a code did.
+CODE_MESSAGES: dict[CodeOutcome, str] = {
+    "verified": "Your email address is confirmed.",
+    "already_verified": "This email address was already confirmed.",
+    "wrong": "That code is not right. Check the latest email and try again.",
+    "expired": "That code has expired. Ask for a new email.",
+    "locked": "Too many wrong codes. Ask for a new email.",
+}
+_CODE_STATUS: dict[CodeOutcome, int] = {
+    "verified": 200,
+    "already_verified": 200,
+    "wrong": 400,
+    "expired": 410,
+    "locked": 423,
+}
+
+
+@verifications.post(
+    "/{verification_id}/code",
+    response_model=CodeOut,
+    responses={
+        400: {"model": CodeOut, "description": "A wrong code (every wrong code alike)."},
+        410: {"model": CodeOut, "description": "The code expired, or was replaced."},
+        423: {"model": CodeOut, "description": "Too many wrong codes: a new request is needed."},
+        429: {"model": CodeOut, "description": "The mailbox's wrong codes: try again later."},
+        **errors(401, 403, 404, 409, 413, 415, 422, 503),
+    },
+    dependencies=[Depends(require_json)],
+    summary="Confirm a verification with the code the person typed into the app",
+    # The app that asked for the verification confirms it: the same key, the same scope.
+    # A scope of its own would buy nothing, since only the key that requested a
+    # verification (or an earlier one of its resend chain) may confirm its code.
+    **access("request"),
+)
+async def confirm_code(
+    request: Request, verification_id: uuid.UUID, body: CodeIn, conn: Conn, svc: Svc
+) -> Any:
+    caller = principal_of(request.scope)
+    try:
+        checked = await codes.check_standalone(
+            conn,
+            verification_id,
+            body.code,
+            policy=svc.policy,
+            client_id=caller.key_id if caller is not None else "",
+        )
+    except codes.UnknownVerification:
+        raise NotFound from None
+    status = _CODE_STATUS[checked.outcome]
+    headers = None
+    if checked.locked_by == "mailbox":
+        status, headers = 429, {"Retry-After": str(checked.retry_after)}
+    out = CodeOut(
+        result=checked.outcome,
+        verification_id=verification_id,
+        attempts_remaining=checked.attempts_remaining,
+        superseded_by=checked.superseded_by,
+        locked_by=checked.locked_by,
+        retry_after=checked.retry_after,
+        message=CODE_MESSAGES[checked.outcome],
+    )
+    return OrjsonResponse(out.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 @verifications.get(
@@ -166,8 +234,9 @@ async def create_verification(
     summary="A verification's delivery status",
     **access("read"),
 )
-async def get_verification(verification_id: uuid.UUID, conn: Conn) -> VerificationStatus:
+async def get_verification(verification_id: uuid.UUID, conn: Conn, svc: Svc) -> VerificationStatus:
     row = await _status_row(conn, verification_id)
+    has_code = row["method"] != "link"
     return VerificationStatus(
         id=row["id"],
         user_id=row["user_id"],
@@ -193,6 +262,12 @@ async def get_verification(verification_id: uuid.UUID, conn: Conn) -> Verificati
         completed_at=row["completed_at"],
         last_outcome=row["last_outcome"],
         last_error=row["last_error"],
+        method=row["method"],
+        code_attempts_remaining=max(svc.policy.codes.max_failures - row["code_failures"], 0)
+        if has_code
+        else None,
+        code_expires_at=row["code_expires_at"],
+        locked=row["code_locked_at"] is not None,
     )
 
 

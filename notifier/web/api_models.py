@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from notifier.codes import MAX_INPUT_CHARS
 from notifier.event_types import EventType
 from notifier.locales import LOCALE_MAX_CHARS, LOCALE_PATTERN
-from notifier.outcomes import DeliveryStatus
+from notifier.outcomes import CodeLock, CodeOutcome, DeliveryStatus, Method
 from notifier.verifications import USER_ID_MAX_CHARS
 
 EMAIL_MAX_CHARS = 254
@@ -41,6 +42,13 @@ class VerificationIn(Strict):
         "with templates is used, English by default.",
         examples=["de"],
     )
+    method: Method | None = Field(
+        default=None,
+        description="How the person confirms: link (the email's link), code (a code they "
+        "type into the app, posted to /v1/verifications/{id}/code) or link_and_code; absent: "
+        "NOTIFIER_VERIFY_METHOD's.",
+        examples=["code"],
+    )
     return_to: str | None = Field(
         default=None,
         min_length=1,
@@ -55,7 +63,38 @@ class VerificationIn(Strict):
 class VerificationAccepted(BaseModel):
     id: uuid.UUID
     status: DeliveryStatus
+    method: Method
     expires_at: datetime
+
+
+class CodeIn(Strict):
+    code: str = Field(
+        min_length=1,
+        max_length=MAX_INPUT_CHARS,
+        description="What the person typed; spaces and dashes are ignored.",
+        examples=["123 456"],
+    )
+
+
+class CodeOut(BaseModel):
+    result: CodeOutcome = Field(
+        description="verified (200), already_verified (200), wrong (400: every wrong code "
+        "alike), expired (410), or locked (423; 429 with Retry-After when it is the "
+        "mailbox's wrong codes over the failure window)."
+    )
+    verification_id: uuid.UUID
+    attempts_remaining: int | None = Field(
+        description="Wrong codes this verification may still take (with wrong and locked)."
+    )
+    superseded_by: uuid.UUID | None = Field(
+        description="With expired: the newer verification whose email carries the code."
+    )
+    locked_by: CodeLock | None = Field(
+        description="With locked: its own wrong codes (a new request is needed), or its "
+        "mailbox's (retry_after)."
+    )
+    retry_after: int | None = Field(description="With a mailbox lock: seconds, at the latest.")
+    message: str = Field(description="What to tell the person.")
 
 
 class LatestVerification(BaseModel):
@@ -92,6 +131,12 @@ class VerificationStatus(BaseModel):
     completed_at: datetime | None
     last_outcome: str | None
     last_error: str | None = Field(description="Why the last attempt failed; safe to show.")
+    method: Method
+    code_attempts_remaining: int | None = Field(
+        description="Wrong codes it may still take (None: it has no code)."
+    )
+    code_expires_at: datetime | None
+    locked: bool = Field(description="Its code is locked by wrong codes.")
 
 
 class Attempt(BaseModel):

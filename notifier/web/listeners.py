@@ -244,7 +244,7 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestError)
         if isinstance(exc, Throttled):
             return error(429, exc.code, str(exc), headers={"Retry-After": str(exc.retry_after)})
-        status = {"idempotency_conflict": 409}.get(exc.code, 422)
+        status = {"idempotency_conflict": 409, "no_code": 409}.get(exc.code, 422)
         fields = [exc.field] if hasattr(exc, "field") else []
         return error(status, exc.code, str(exc), fields)
 

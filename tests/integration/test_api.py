@@ -51,7 +51,8 @@ async def test_request_writes_a_verification_and_its_outbox_row_and_answers_202(
     response = await post(client)
     assert response.status_code == 202, response.text
     body = response.json()
-    assert body["status"] == "pending" and set(body) == {"id", "status", "expires_at"}
+    assert body["status"] == "pending" and set(body) == {"id", "status", "method", "expires_at"}
+    assert body["method"] == "link"
     row = await db.fetchrow(
         """SELECT v.email, o.status FROM notifier.verifications v
            JOIN notifier.email_outbox o ON o.verification_id = v.id WHERE v.id = $1""",

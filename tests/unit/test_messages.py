@@ -472,7 +472,8 @@ def test_shipped_template_bodies_are_encoded_exactly_as_the_whole_text_would_be(
     from notifier.delivery.messages import _quoted_printable
 
     for chosen in Templates.load(None).sets.values():
-        for body in (chosen.text.template, chosen.html.template):
-            whole = body if body.endswith("\n") else body + "\n"
-            expected = binascii.b2a_qp(whole.encode("utf-8"), istext=True)
-            assert _quoted_printable(body) == expected.replace(b"\n", b"\r\n"), chosen.locale
+        for method in chosen.methods.values():
+            for body in (method.text.template, method.html.template):
+                whole = body if body.endswith("\n") else body + "\n"
+                expected = binascii.b2a_qp(whole.encode("utf-8"), istext=True)
+                assert _quoted_printable(body) == expected.replace(b"\n", b"\r\n"), chosen.locale
