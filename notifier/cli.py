@@ -13,6 +13,7 @@ import anyio
 
 from notifier.config import (
     ApiSettings,
+    CodeSettings,
     DatabaseSettings,
     LogSettings,
     MessageSettings,
@@ -387,6 +388,7 @@ _READS: dict[str, tuple[type, ...]] = {
         ApiSettings,
         TokenSettings,
         RequestSettings,
+        CodeSettings,
         SmtpSettings,
         WebhookSettings,
     ),
@@ -395,6 +397,7 @@ _READS: dict[str, tuple[type, ...]] = {
         ApiSettings,
         TokenSettings,
         RequestSettings,
+        CodeSettings,
         WorkerSettings,
         MessageSettings,
     ),

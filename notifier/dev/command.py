@@ -22,6 +22,7 @@ import anyio
 from notifier import apikeys
 from notifier.config import (
     ApiSettings,
+    CodeSettings,
     DatabaseSettings,
     RequestSettings,
     SmtpSettings,
@@ -129,7 +130,10 @@ async def run_dev(
         webhooks=webhooks,
     )
     policy = Policy.from_settings(
-        tokens, RequestSettings.from_env(), message_id_domain=smtp.id_domain
+        tokens,
+        RequestSettings.from_env(),
+        message_id_domain=smtp.id_domain,
+        codes=CodeSettings.from_env(),
     )
     http = HttpPlan(
         policy,

@@ -25,7 +25,7 @@ from notifier.storage.drivers import (
     sync_runner,
 )
 from notifier.storage.outbox import env_policy
-from notifier.storage.queries import sql
+from notifier.storage.queries import arguments, sql
 from notifier.verifications import CodeCheck, NoCode, Policy
 
 
@@ -52,21 +52,28 @@ class InTransaction(NotifierError):
         )
 
 
+# The one statement every driver runs (schema confirm_code_v1).
+STATEMENT = "confirm_code"
+
+
 def _values(
     policy: Policy, verification_id: uuid.UUID, typed: str, client_id: str | None
 ) -> list[object]:
     code = codes.normalize(typed)
     hashes = policy.keys.code_hashes(verification_id, code)
     limits = policy.codes
-    return [
-        str(verification_id),
-        client_id,
-        [kid for kid, _ in hashes],
-        [digest for _, digest in hashes],
-        limits.max_failures,
-        limits.mailbox_failures,
-        limits.failure_window,
-    ]
+    return arguments(
+        STATEMENT,
+        {
+            "p_id": str(verification_id),
+            "p_client_id": client_id,
+            "p_key_ids": [kid for kid, _ in hashes],
+            "p_code_hashes": [digest for _, digest in hashes],
+            "p_max_failures": limits.max_failures,
+            "p_mailbox_failures": limits.mailbox_failures,
+            "p_window": limits.failure_window,
+        },
+    )
 
 
 def _answer(verification_id: uuid.UUID, row: Mapping[str, Any]) -> CodeCheck:
@@ -98,9 +105,7 @@ async def check(
 ) -> CodeCheck:
     """Judge `typed` for `verification_id` on `runner` (no transaction check: the package's
     own callers commit each statement by itself)."""
-    row = await runner.fetch_one(
-        sql("confirm_code"), _values(policy, verification_id, typed, client_id)
-    )
+    row = await runner.fetch_one(sql(STATEMENT), _values(policy, verification_id, typed, client_id))
     return _answer(verification_id, row)
 
 
@@ -149,4 +154,4 @@ def confirm_code_sync(
     if runner.in_transaction():
         raise InTransaction()
     values = _values(policy or env_policy(), verification_id, code, None)
-    return _answer(verification_id, runner.fetch_one(sql("confirm_code"), values))
+    return _answer(verification_id, runner.fetch_one(sql(STATEMENT), values))

@@ -43,12 +43,12 @@ FROM notifier.request_v5(
     p_code_digits => $31::int, p_code_ttl => $32::float8);
 
 -- name: confirm_code
--- $1: verification id, $2: the calling API key (NULL: the application's own code), $3: the
--- configured key ids, $4: the submitted code's keyed hash under each, $5: wrong codes that
--- lock a verification, $6: wrong codes a mailbox may spend within $7 seconds. Judges the
--- code and counts it in one statement (confirm_code_v1, schema 0017): one row, its result
--- (not_found, no_code, already_verified, expired, locked, verified, wrong) and what goes
--- with it.
+-- confirm_code_v1's parameters by name (schema/0017_verification_codes.sql), each cast to
+-- its type, so every driver sends the same statement: the verification, the calling API
+-- key (NULL: the application's own code), the configured key ids and the submitted code's
+-- keyed hash under each, and the limits. Judges the code and counts it in one statement:
+-- one row, its result (not_found, no_code, already_verified, expired, locked, verified,
+-- wrong) and what goes with it.
 SELECT result, attempts_remaining, superseded_by::text AS superseded_by, locked_by, retry_after
 FROM notifier.confirm_code_v1(
     p_id => $1::uuid, p_client_id => $2::text, p_key_ids => $3::text[],

@@ -1,13 +1,16 @@
 """What an attacker or an operator broke before, each finding pinned by the test that
 reproduced it: throttle bypass by spelling, suppression of innocent recipients, resends of
-scrubbed addresses, rotation that did not revoke, guessable fingerprints, addresses."""
+scrubbed addresses, rotation that did not revoke, guessable fingerprints, addresses, and
+codes guessed across resends."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import logging
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,7 +20,7 @@ import orjson
 import pytest
 
 from notifier import events
-from notifier.config import RetentionSettings
+from notifier.config import CodeSettings, RetentionSettings
 from notifier.storage.maintenance import cleanup
 from notifier.storage.outbox import request_verification
 from notifier.tokens import TokenKeys
@@ -25,6 +28,7 @@ from notifier.verifications import Throttled
 from tests.conftest import TEST_SECRET
 from tests.support.apps import Clients, bearer, make_key, serve
 from tests.support.deliveries import (
+    code_of,
     enqueue,
     expire_verification,
     link_token,
@@ -411,3 +415,39 @@ async def test_a_suppression_is_cleared_by_its_address_whatever_its_case(
     )
     cleared = await apps.internal.delete("/v1/suppressions/Gone@Example.com")
     assert cleared.status_code == 204 and await suppressed(db) == []
+
+
+# -- 9. a code guesser gets what docs/operations.md states, however they ask -----------------
+
+
+def stated_guesses_per_mailbox_per_day() -> int:
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    stated = re.search(r"\*\*(\d+) judged guesses per mailbox per day\*\*", text)
+    assert stated is not None, "docs/operations.md states no guesses per mailbox per day"
+    return int(stated.group(1))
+
+
+async def test_a_code_guesser_gets_the_stated_guesses_per_mailbox_per_day_across_requests(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    # The attacker drives an app: a new request (another user id, another spelling of the
+    # victim's address) whenever a code locks, guessing until nothing is judged any more.
+    judged = 0
+    spellings = ["victim@example.com", "Victim@example.com", "victim+x@example.com"]
+    for attempt in range(10):
+        created = await apps.internal.post(
+            "/v1/verifications",
+            json={"user_id": f"u{attempt}", "email": spellings[attempt % 3], "method": "code"},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        assert created.status_code == 202, created.text
+        path = f"/v1/verifications/{created.json()['id']}/code"
+        right = await code_of(db, keys, created.json()["id"])
+        guess = str((int(right) + 1) % 10**6).zfill(6)
+        while (answer := await apps.internal.post(path, json={"code": guess})).status_code == 400:
+            judged += 1
+        assert answer.json()["result"] == "locked"
+    assert judged == stated_guesses_per_mailbox_per_day() == CodeSettings().mailbox_failures
+    # And the victim's own right code is refused as long as the budget is spent.
+    refused = await apps.internal.post(path, json={"code": right})
+    assert refused.status_code in (423, 429) and refused.json()["result"] == "locked"

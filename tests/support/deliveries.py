@@ -91,6 +91,16 @@ async def link_token(conn: Any, keys: TokenKeys, verification_id: uuid.UUID | st
     return token
 
 
+async def code_of(conn: Any, keys: TokenKeys, verification_id: uuid.UUID | str) -> str:
+    """The code a verification's email carries, derived as the worker derives it."""
+    row = await conn.fetchrow(
+        "SELECT id, token_key_id, token_nonce, code_digits FROM notifier.verifications "
+        "WHERE id = $1",
+        uuid.UUID(str(verification_id)),
+    )
+    return keys.code(row["token_key_id"], row["id"], bytes(row["token_nonce"]), row["code_digits"])
+
+
 async def expire_lease(conn: Any, outbox_id: int) -> None:
     """Make a lease stale by backdating it: the database clock decides, not a sleep."""
     await conn.execute(

@@ -306,6 +306,7 @@ async def resend(
             locale=row["locale"],
             replaces=verification_id,
             kept_return_to=row["return_to"],
+            method=row["method"],
         )
     except RequestError as exc:
         return Resend("refused", refusal=exc)
