@@ -34,6 +34,9 @@ INBOX_DIRECTORY = "inbox"
 LAST_NUMBER_FILE = "last-number"
 _FILENAME = re.compile(r"^(\d{8})\.eml$")
 _LINK = re.compile(r"https?://[^\s\"'<>]+/verify\?token=[A-Za-z0-9._-]+")
+# A verification code as the shipped templates write it in the text part: grouped digits
+# alone on a line ("123 456").
+_CODE = re.compile(r"^[ \t]*(\d{3,4}(?: \d{3,4}){1,2})[ \t]*$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,8 @@ class Captured:
     subject: str
     link: str | None
     has_html: bool
+    # The verification code it carries, as written ("123 456"), if any.
+    code: str | None = None
 
     def matches(self, query: str) -> bool:
         """Whether `query` occurs (ignoring case) in a recipient or the sender."""
@@ -268,6 +273,7 @@ def _headline(number: int, received_at: datetime, raw: bytes) -> Captured:
         subject=_safe(parsed, "Subject"),
         link=link.group(0).replace("&amp;", "&") if link else None,
         has_html=html is not None,
+        code=code.group(1) if (code := _CODE.search(text)) else None,
     )
 
 

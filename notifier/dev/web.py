@@ -171,6 +171,7 @@ def _summary(message: Captured) -> dict[str, Any]:
         "subject": message.subject,
         "message_id": message.message_id,
         "link": message.link,
+        "code": message.code,
         "received_at": message.received_at.isoformat(),
         "has_html": message.has_html,
     }

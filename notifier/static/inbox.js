@@ -33,10 +33,11 @@
     time.dateTime = message.received_at;
     time.textContent = `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`;
     a.append(subject, who, time);
-    if (message.link) {
+    const carries = ["link", "code"].filter((kind) => message[kind]);
+    if (carries.length) {
       const badge = document.createElement("span");
       badge.className = "badge";
-      badge.textContent = "link";
+      badge.textContent = carries.join(" · ");
       a.append(badge);
     }
     li.append(a);

@@ -20,13 +20,16 @@ import pytest
 
 from notifier import apikeys, events
 from notifier.runner import internal_app
+from notifier.storage import codes
+from notifier.storage.drivers import CatalogueRunner
+from notifier.storage.outbox import request_standalone
 from notifier.storage.queries import sql
 from notifier.tokens import TokenKeys
 from notifier.web.access import CSRF_FIELD, SESSION_COOKIE
 from notifier.web.access import routes as access_routes
 from notifier.web.listeners import Services
 from tests.support.apps import INTERNAL_BASE, bearer, make_key
-from tests.support.deliveries import enqueue, policy_for_tests
+from tests.support.deliveries import code_of, enqueue, policy_for_tests
 from tests.support.recorder import recorded
 from tests.support.smtp_server import Fault, SmtpServer
 from tests.support.workers import running_worker
@@ -392,6 +395,25 @@ async def test_a_delivery_shows_its_attempt_timeline_and_never_its_token_or_addr
     assert "<code>test:worker-7</code>" in page and "notify" in page
     assert re.search(r"Server reply</dt><dd>250 ", page)
     assert token.group(1).decode() not in page and "ada@example.com" not in page
+
+
+async def test_a_code_deliverys_page_shows_its_method_wrong_codes_and_lock_never_its_code(
+    console: httpx.AsyncClient, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    policy = policy_for_tests(keys)
+    result = await request_standalone(
+        db, user_id="ada", email="ada@example.com", policy=policy, method="link_and_code"
+    )
+    code = await code_of(db, keys, result.id)
+    wrong = str((int(code) + 1) % 10**6).zfill(6)
+    for _ in range(5):
+        await codes.check(CatalogueRunner(db), result.id, wrong, policy=policy)
+    headers = bearer(await make_key(db, ["read"]))
+    page = (await console.get(f"/console/deliveries/{result.id}", headers=headers)).text
+    assert "<dt>Method</dt><dd>link or code</dd>" in page
+    assert "<dt>Wrong codes</dt><dd>5: <strong>locked</strong>" in page
+    assert "its link still works" in page
+    assert code not in page and f"{code[:3]} {code[3:]}" not in page
 
 
 async def test_the_trace_id_links_to_the_configured_trace_viewer(

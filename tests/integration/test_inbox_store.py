@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import aiosmtplib
 import anyio
 import pytest
 
+from notifier.delivery.messages import Templates
 from notifier.dev.inbox import Inbox
+from notifier.outcomes import Method
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +64,33 @@ async def test_received_mail_is_listed_with_its_link_and_parts(inbox: Inbox) -> 
     assert opened.text == f"Open {LINK}\n"
     assert opened.html is not None and f'href="{LINK}"' in opened.html
     assert ("Delivered-To", "ada@example.com") in opened.headers
+
+
+@pytest.mark.parametrize(
+    ("method", "code", "has_link"),
+    [("code", "042 917", False), ("link_and_code", "042 917", True), ("link", None, True)],
+)
+async def test_the_code_a_shipped_template_carries_is_found_and_shown_as_written(
+    inbox: Inbox, method: Method, code: str | None, has_link: bool
+) -> None:
+    now = datetime.now(UTC)
+    composed = Templates.load(None).compose(
+        message_id="<verify.1@acme.test>",
+        sender="noreply@acme.test",
+        recipient="ada@example.com",
+        link=LINK,
+        expires_at=now + timedelta(hours=1),
+        purpose="signup",
+        now=now,
+        method=method,
+        code="042917",
+        code_expires_at=now + timedelta(minutes=10),
+    )
+    assert inbox.port is not None
+    async with aiosmtplib.SMTP(hostname="127.0.0.1", port=inbox.port) as smtp:
+        await smtp.sendmail("noreply@acme.test", ["ada@example.com"], composed.to_bytes())
+    [captured] = inbox.messages
+    assert (captured.code, captured.link is not None) == (code, has_link)
 
 
 async def test_messages_survive_a_restart_in_the_same_directory(

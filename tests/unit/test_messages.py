@@ -477,3 +477,52 @@ def test_shipped_template_bodies_are_encoded_exactly_as_the_whole_text_would_be(
                 whole = body if body.endswith("\n") else body + "\n"
                 expected = binascii.b2a_qp(whole.encode("utf-8"), istext=True)
                 assert _quoted_printable(body) == expected.replace(b"\n", b"\r\n"), chosen.locale
+
+
+# -- a code's email ------------------------------------------------------------------------------
+
+
+def test_a_code_email_shows_the_code_grouped_in_both_parts_and_no_link() -> None:
+    message = compose(
+        Templates.load(None),
+        method="code",
+        code="042917",
+        code_expires_at=NOW + timedelta(minutes=10),
+        issued_at=NOW,
+    )
+    for body in (message.text, message.html):
+        assert "042 917" in body and "verify?token" not in body
+        assert "10 minutes" in body
+    assert "042" not in message.subject
+
+
+def test_a_link_and_code_email_has_both() -> None:
+    message = compose(Templates.load(None), method="link_and_code", code="123456")
+    for body in (message.text, message.html):
+        assert "123 456" in body and "verify?token=abc" in body
+
+
+def test_a_link_email_has_no_code_even_when_one_is_given() -> None:
+    message = compose(Templates.load(None), code="123456")
+    for body in (message.text, message.html):
+        assert "123 456" not in body and "123456" not in body
+
+
+def test_a_code_email_without_its_code_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs its code"):
+        compose(Templates.load(None), method="code")
+
+
+@pytest.mark.parametrize(("name", "variable"), [("code-body.txt", "$link"), ("body.txt", "$code")])
+def test_a_variable_of_another_method_in_an_override_is_a_config_error(
+    tmp_path: Path, name: str, variable: str
+) -> None:
+    (tmp_path / name).write_text(f"Here: {variable}\n")
+    with pytest.raises(ConfigError, match="unknown variable"):
+        Templates.load(tmp_path)
+
+
+def test_the_german_code_email_is_german() -> None:
+    message = compose(Templates.load(None), method="code", code="123456", locale="de")
+    assert message.subject.startswith("Ihr Bestätigungscode")
+    assert "geben Sie diesen Code" in message.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 import pytest
@@ -63,3 +64,47 @@ def test_the_stored_nonce_and_hash_alone_do_not_give_the_token() -> None:
 )
 def test_malformed_tokens_are_recognised_before_any_lookup(candidate: str) -> None:
     assert not looks_like_token(candidate)
+
+
+# -- codes ---------------------------------------------------------------------------------------
+
+
+def test_a_code_is_derived_again_the_same_from_the_secret_and_the_nonce() -> None:
+    keys = TokenKeys(("s" * 40,))
+    vid, nonce = uuid.uuid4(), b"n" * 32
+    code = keys.code(keys.current_key_id, vid, nonce, 6)
+    assert code == keys.code(keys.current_key_id, vid, nonce, 6)
+    assert len(code) == 6 and code.isdigit()
+
+
+def test_codes_of_other_verifications_or_secrets_differ() -> None:
+    keys, other = TokenKeys(("s" * 40,)), TokenKeys(("t" * 40,))
+    nonce = b"n" * 32
+    codes = {keys.code(keys.current_key_id, uuid.uuid4(), nonce, 10) for _ in range(50)}
+    assert len(codes) == 50
+    vid = uuid.uuid4()
+    assert keys.code(keys.current_key_id, vid, nonce, 10) != other.code(
+        other.current_key_id, vid, nonce, 10
+    )
+
+
+def test_a_code_keeps_its_leading_zeros() -> None:
+    keys = TokenKeys(("s" * 40,))
+    lengths = {len(keys.code(keys.current_key_id, uuid.uuid4(), b"n" * 32, 6)) for _ in range(300)}
+    assert lengths == {6}
+
+
+def test_a_codes_stored_hash_is_keyed_and_bound_to_its_verification() -> None:
+    keys = TokenKeys(("s" * 40,))
+    vid = uuid.uuid4()
+    stored = keys.code_hash(keys.current_key_id, vid, "123456")
+    assert stored != hashlib.sha256(b"123456").digest()
+    assert stored != keys.code_hash(keys.current_key_id, uuid.uuid4(), "123456")
+    assert (keys.current_key_id, stored) in keys.code_hashes(vid, "123456")
+
+
+def test_a_code_is_hashed_under_every_configured_secret() -> None:
+    keys = TokenKeys(("s" * 40, "t" * 40))
+    assert [kid for kid, _ in keys.code_hashes(uuid.uuid4(), "1")] == list(
+        keys.key_ids_newest_first
+    )

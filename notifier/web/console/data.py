@@ -199,6 +199,11 @@ class Delivery:
     # The address's suppression in force, looked up for a resendable delivery only.
     suppression: Suppression | None
     timeline: Sequence[Attempt]
+    # How it is confirmed and, with a code, its wrong codes and lock (never the code).
+    method: str = "link"
+    code_failures: int = 0
+    code_locked_at: datetime | None = None
+    code_expires_at: datetime | None = None
 
 
 async def delivery(conn: Runner, verification_id: uuid.UUID) -> Delivery | None:
@@ -235,6 +240,10 @@ async def delivery(conn: Runner, verification_id: uuid.UUID) -> Delivery | None:
         resendable=resendable,
         suppression=suppression,
         timeline=await attempts_of(conn, verification_id),
+        method=row["method"],
+        code_failures=row["code_failures"],
+        code_locked_at=row["code_locked_at"],
+        code_expires_at=row["code_expires_at"],
     )
 
 
