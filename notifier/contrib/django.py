@@ -9,15 +9,24 @@
 
 The verification and its email exist only if the block commits. Outside an atomic block
 (Django's autocommit) it raises NotInTransaction and writes nothing.
+
+A code the person typed into the app is confirmed outside any atomic block (with
+ATOMIC_REQUESTS, in a view marked `transaction.non_atomic_requests`), so that a wrong code
+stays counted whatever the view does next:
+
+    answer = confirm_code(verification_id, request.POST["code"])
 """
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import connections
 
+from notifier.storage.codes import check_sync_outside_transaction
 from notifier.storage.drivers.django_runner import DjangoRunner
 from notifier.storage.outbox import request_sync_in_transaction
-from notifier.verifications import Policy, VerificationResult
+from notifier.verifications import CodeCheck, Policy, VerificationResult
 
 
 def request_verification(
@@ -30,6 +39,7 @@ def request_verification(
     client_id: str | None = None,
     locale: str | None = None,
     return_to: str | None = None,
+    method: str | None = None,
     using: str = "default",
 ) -> VerificationResult:
     """notifier.request_verification on `connections[using]`, in the atomic block there."""
@@ -43,4 +53,19 @@ def request_verification(
         client_id=client_id,
         locale=locale,
         return_to=return_to,
+        method=method,
+    )
+
+
+def confirm_code(
+    verification_id: uuid.UUID,
+    code: str,
+    *,
+    policy: Policy | None = None,
+    using: str = "default",
+) -> CodeCheck:
+    """notifier.confirm_code_sync on `connections[using]`, outside any atomic block there
+    (else InTransaction, nothing judged)."""
+    return check_sync_outside_transaction(
+        DjangoRunner(connections[using]), verification_id, code, policy
     )

@@ -150,7 +150,13 @@ def confirm_code_sync(
 ) -> CodeCheck:
     """`confirm_code` on a sync connection (a psycopg Connection, a SQLAlchemy Connection):
     the same arguments, answer and errors."""
-    runner: SyncRunner = sync_runner(conn)
+    return check_sync_outside_transaction(sync_runner(conn), verification_id, code, policy)
+
+
+def check_sync_outside_transaction(
+    runner: SyncRunner, verification_id: uuid.UUID, code: str, policy: Policy | None = None
+) -> CodeCheck:
+    """`confirm_code_sync` on any sync runner (Django's too): InTransaction inside one."""
     if runner.in_transaction():
         raise InTransaction()
     values = _values(policy or env_policy(), verification_id, code, None)

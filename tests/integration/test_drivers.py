@@ -13,6 +13,7 @@ import pytest
 
 import notifier
 from notifier import events
+from notifier.storage.outbox import request_standalone
 from notifier.tokens import TokenKeys
 from tests.support.app_drivers import (
     CREATE_OWN_TABLE,
@@ -22,7 +23,7 @@ from tests.support.app_drivers import (
     app_connection,
     own_insert,
 )
-from tests.support.deliveries import policy_for_tests
+from tests.support.deliveries import code_of, policy_for_tests
 from tests.support.recorder import Recorder
 from tests.support.relay import relay_to
 from tests.support.smtp_server import SmtpServer
@@ -156,6 +157,39 @@ async def test_outside_a_transaction_the_call_is_refused_and_writes_nothing(
                 user_id="ada", email="ada@example.com", policy=policy_for_tests(keys)
             )
     assert await db.fetchval("SELECT count(*) FROM notifier.verifications") == 0
+
+
+@BY_DRIVER
+async def test_a_code_requested_on_the_driver_is_confirmed_on_it_outside_a_transaction(
+    driver: Driver, db: asyncpg.Connection, database_url: str, keys: TokenKeys
+) -> None:
+    policy = policy_for_tests(keys)
+    async with app_connection(driver, database_url) as app:
+        await app.begin()
+        result = await app.request(
+            user_id="ada", email="ada@example.com", policy=policy, method="code"
+        )
+        await app.commit()
+        code = await code_of(db, keys, result.id)
+        answer = await app.confirm_code_in_autocommit(result.id, code, policy)
+    assert (answer.outcome, result.method) == ("verified", "code")
+
+
+@BY_DRIVER
+async def test_inside_a_transaction_a_code_is_not_judged(
+    driver: Driver, db: asyncpg.Connection, database_url: str, keys: TokenKeys
+) -> None:
+    # A rollback would undo the count of a wrong code: fresh guesses for the asking.
+    policy = policy_for_tests(keys)
+    result = await request_standalone(
+        db, user_id="ada", email="ada@example.com", policy=policy, method="code"
+    )
+    async with app_connection(driver, database_url) as app:
+        await app.begin()
+        with pytest.raises(notifier.InTransaction):
+            await app.confirm_code(result.id, "000000", policy)
+        await app.rollback()
+    assert await db.fetchval("SELECT code_failures FROM notifier.verifications") == 0
 
 
 @BY_DRIVER

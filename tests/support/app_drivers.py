@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import notifier
-from notifier.verifications import VerificationResult
+from notifier.verifications import CodeCheck, VerificationResult
 
 T = TypeVar("T")
 # What an app's own work in the signup transaction writes (a table the tests create).
@@ -60,6 +60,15 @@ class AppConnection(Protocol):
         """The library call on this connection switched to autocommit, outside any
         transaction (which it must refuse)."""
 
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        """notifier's code confirmation on this connection, inside whatever is open (it must
+        refuse a transaction)."""
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        """The code confirmation on this connection switched to autocommit."""
+
     async def close(self) -> None: ...
 
 
@@ -90,6 +99,14 @@ class AsyncpgApp:
     async def request_in_autocommit(self, **fields: Any) -> VerificationResult:
         return await notifier.request_verification(self.conn, **fields)
 
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        return await notifier.confirm_code(self.conn, verification_id, code, policy=policy)
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        return await self.confirm_code(verification_id, code, policy)
+
     async def close(self) -> None:
         await self.conn.close()
 
@@ -118,6 +135,15 @@ class AsyncPsycopgApp:
     async def request_in_autocommit(self, **fields: Any) -> VerificationResult:
         await self.conn.set_autocommit(True)
         return await notifier.request_verification(self.conn, **fields)
+
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        return await notifier.confirm_code(self.conn, verification_id, code, policy=policy)
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        await self.conn.set_autocommit(True)
+        return await self.confirm_code(verification_id, code, policy)
 
     async def close(self) -> None:
         await self.conn.close()
@@ -154,6 +180,17 @@ class AsyncSQLAlchemyApp:
     async def request_in_autocommit(self, **fields: Any) -> VerificationResult:
         await self._open(self.engine.execution_options(isolation_level="AUTOCOMMIT"))
         return await notifier.request_verification(self.handle, **fields)
+
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        return await notifier.confirm_code(self.handle, verification_id, code, policy=policy)
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        if self.handle is not None:
+            await self.handle.close()
+        await self._open(self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        return await self.confirm_code(verification_id, code, policy)
 
     async def close(self) -> None:
         if self.handle is not None:
@@ -210,6 +247,18 @@ class PsycopgApp:
         await self.thread.run(setattr, self.conn, "autocommit", True)
         return await self.request(**fields)
 
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        return await self.thread.run(
+            notifier.confirm_code_sync, self.conn, verification_id, code, policy=policy
+        )
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        assert self.conn is not None
+        await self.thread.run(setattr, self.conn, "autocommit", True)
+        return await self.confirm_code(verification_id, code, policy)
+
     async def close(self) -> None:
         if self.conn is not None:
             await self.thread.run(self.conn.close)
@@ -252,6 +301,20 @@ class SQLAlchemyApp:
         engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         await self.thread.run(self._open, engine)
         return await self.request(**fields)
+
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        return await self.thread.run(
+            notifier.confirm_code_sync, self.handle, verification_id, code, policy=policy
+        )
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        if self.handle is not None:
+            await self.thread.run(self.handle.close)
+        engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        await self.thread.run(self._open, engine)
+        return await self.confirm_code(verification_id, code, policy)
 
     async def close(self) -> None:
         if self.handle is not None:
@@ -309,6 +372,18 @@ class DjangoApp:
 
     async def request_in_autocommit(self, **fields: Any) -> VerificationResult:
         return await self.request(**fields)
+
+    async def confirm_code(self, verification_id: uuid.UUID, code: str, policy: Any) -> CodeCheck:
+        from notifier.contrib.django import confirm_code
+
+        return await self.thread.run(
+            functools.partial(confirm_code, using=self.alias, policy=policy), verification_id, code
+        )
+
+    async def confirm_code_in_autocommit(
+        self, verification_id: uuid.UUID, code: str, policy: Any
+    ) -> CodeCheck:
+        return await self.confirm_code(verification_id, code, policy)
 
     async def close(self) -> None:
         from django.db import connections
