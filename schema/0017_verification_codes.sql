@@ -18,8 +18,10 @@ ALTER TABLE notifier.verifications
     ADD COLUMN code_digits smallint CHECK (code_digits BETWEEN 6 AND 10),
     -- The code's own lifetime (NOTIFIER_CODE_TTL), never past the verification's.
     ADD COLUMN code_expires_at timestamptz,
-    -- Wrong codes judged against this verification, and when they locked it.
+    -- Wrong codes judged against this verification, the last one's time (what the mailbox's
+    -- failure window counts by), and when they locked it.
     ADD COLUMN code_failures smallint NOT NULL DEFAULT 0 CHECK (code_failures >= 0),
+    ADD COLUMN code_failed_at timestamptz,
     ADD COLUMN code_locked_at timestamptz;
 
 -- Who may confirm a code: the API key that requested the verification, or one that
@@ -93,7 +95,9 @@ $$;
 --               over; the secret revoked; the address scrubbed);
 --   locked      p_max_failures wrong codes locked it (locked_by attempts), or its mailbox
 --               spent p_mailbox_failures wrong codes within p_window seconds, summed over
---               every verification of that mailbox (locked_by mailbox, retry_after);
+--               every verification of that mailbox whose last wrong code is that recent
+--               (its earlier ones with it: the count errs on the guesser's side), with
+--               retry_after, when the oldest of them leave the window (locked_by mailbox);
 --   verified    the code is right: confirmed now (the verification.confirmed event);
 --   wrong       counted, with attempts_remaining; the one that spends the last locks it
 --               (the verification.code_locked event).
@@ -162,10 +166,9 @@ BEGIN
         RETURN QUERY SELECT 'locked', 0, NULL::uuid, 'attempts', NULL::integer;
         RETURN;
     END IF;
-    SELECT coalesce(sum(w.code_failures), 0), min(w.created_at) INTO spent, earliest
+    SELECT coalesce(sum(w.code_failures), 0), min(w.code_failed_at) INTO spent, earliest
     FROM notifier.verifications w
-    WHERE w.mailbox = box AND w.created_at > now() - make_interval(secs => p_window)
-      AND w.code_failures > 0;
+    WHERE w.mailbox = box AND w.code_failed_at > now() - make_interval(secs => p_window);
     IF spent >= p_mailbox_failures THEN
         RETURN QUERY SELECT 'locked', greatest(p_max_failures - v.code_failures, 0),
                             NULL::uuid, 'mailbox',
@@ -182,6 +185,7 @@ BEGIN
     END IF;
     UPDATE notifier.verifications w
     SET code_failures = w.code_failures + 1,
+        code_failed_at = now(),
         code_locked_at = CASE WHEN w.code_failures + 1 >= p_max_failures THEN now() END
     WHERE w.id = p_id;
     RETURN QUERY SELECT 'wrong', greatest(p_max_failures - v.code_failures - 1, 0),

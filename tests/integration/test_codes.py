@@ -455,7 +455,8 @@ async def test_the_mailbox_budget_counts_only_wrong_codes_within_its_window(
     for _ in range(5):
         await submit(db, budget, first, wrong_code(await code_of(db, keys, first)))
     await db.execute(
-        "UPDATE notifier.verifications SET created_at = now() - interval '25 hours' WHERE id = $1",
+        "UPDATE notifier.verifications SET code_failed_at = now() - interval '25 hours' "
+        "WHERE id = $1",
         first,
     )
     later = await requested(db, budget, email_address="ada@example.com", user_id="ada-2")
@@ -463,6 +464,24 @@ async def test_the_mailbox_budget_counts_only_wrong_codes_within_its_window(
     for _ in range(2):
         await submit(db, budget, later, wrong_code(code))
     assert (await submit(db, budget, later, code)).outcome == "verified"
+
+
+async def test_wrong_codes_at_a_verification_older_than_the_window_still_count(
+    db: asyncpg.Connection, keys: TokenKeys, budget: Policy
+) -> None:
+    # A long-lived code guessed at long after it was asked for is no way round the budget.
+    first = await requested(db, budget, "link_and_code")
+    await db.execute(
+        "UPDATE notifier.verifications SET created_at = now() - interval '25 hours', "
+        "code_expires_at = now() + interval '1 hour'"
+    )
+    for _ in range(5):
+        await submit(db, budget, first, wrong_code(await code_of(db, keys, first)))
+    later = await requested(db, budget, user_id="ada-2")
+    code = await code_of(db, keys, later)
+    for _ in range(2):
+        await submit(db, budget, later, wrong_code(code))
+    assert (await submit(db, budget, later, code)).locked_by == "mailbox"
 
 
 # -- who may confirm ----------------------------------------------------------------------------
