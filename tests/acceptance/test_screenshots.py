@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import anyio
 import httpx
@@ -19,6 +19,7 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from notifier.delivery.messages import Templates
+from notifier.outcomes import Method
 from tests.support import harness
 from tests.support.browser import (
     WAIT_SECONDS,
@@ -46,7 +47,7 @@ def shots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return folder
 
 
-def email_html(locale: str = "en") -> str:
+def email_html(locale: str = "en", method: Method = "link") -> str:
     templates = Templates.load(None, product_name="Acme")
     message = templates.compose(
         message_id="<verify.example@acme.test>",
@@ -58,6 +59,9 @@ def email_html(locale: str = "en") -> str:
         now=ISSUED + timedelta(seconds=2),
         issued_at=ISSUED,
         locale=locale,
+        method=method,
+        code="042917",
+        code_expires_at=ISSUED + timedelta(minutes=10),
     )
     return message.html
 
@@ -70,12 +74,14 @@ async def shoot(browser: Browser, width: int, scheme: Scheme, height: int = 300)
     return await context.new_page()
 
 
+@pytest.mark.parametrize("method", get_args(Method))
 @pytest.mark.parametrize("locale", ["en", "de"])
 async def test_email_html_part_screenshots_at_600_and_390_px(
-    browser: Browser, shots: Path, locale: str
+    browser: Browser, shots: Path, locale: str, method: Method
 ) -> None:
-    html = email_html(locale)
-    suffix = "" if locale == "en" else f"-{locale}"
+    html = email_html(locale, method)
+    suffix = {"link": "", "code": "-code", "link_and_code": "-link-code"}[method]
+    suffix += "" if locale == "en" else f"-{locale}"
     for width in (600, 390):
         for scheme in SCHEMES:
             page = await shoot(browser, width, scheme)
@@ -87,13 +93,14 @@ async def test_email_html_part_screenshots_at_600_and_390_px(
             await page.context.close()
 
 
+@pytest.mark.parametrize("method", get_args(Method))
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("width", [600, 390])
 async def test_email_html_part_text_has_enough_contrast(
-    browser: Browser, scheme: Scheme, width: int
+    browser: Browser, scheme: Scheme, width: int, method: Method
 ) -> None:
     page = await shoot(browser, width, scheme)
-    await page.set_content(email_html())
+    await page.set_content(email_html(method=method))
     assert await low_contrast(page) == []
     await page.context.close()
 
