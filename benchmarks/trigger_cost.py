@@ -98,8 +98,9 @@ REQUEST_STATEMENTS: tuple[tuple[str, dict[int, str]], ...] = (
             28: "NULL",  # no return_to
             29: "'link'",  # a link: no code to hash
             30: "NULL",
-            31: "6",
-            32: "600",
+            31: "NULL",
+            32: "6",
+            33: "600",
         },
     ),
 )

@@ -177,9 +177,10 @@ async def _cleanup(url: str) -> int:
     from notifier.storage.maintenance import cleanup
 
     settings, window = RetentionSettings.from_env(), RequestSettings.from_env().resend_window
+    code_window = CodeSettings.from_env().failure_window
     pool = await create_pool(url, max_size=1, statement_cache_size=ONE_SHOT_CACHE)
     try:
-        report = await cleanup(pool, settings, window)
+        report = await cleanup(pool, settings, window, code_window)
     finally:
         await pool.close()
     if report.skipped:
@@ -381,6 +382,7 @@ _READS: dict[str, tuple[type, ...]] = {
         MessageSettings,
         RetentionSettings,
         RequestSettings,
+        CodeSettings,
         WebhookSettings,
     ),
     "api": (
@@ -402,7 +404,7 @@ _READS: dict[str, tuple[type, ...]] = {
         MessageSettings,
     ),
     "stats": (DatabaseSettings, Thresholds),
-    "cleanup": (DatabaseSettings, RetentionSettings, RequestSettings),
+    "cleanup": (DatabaseSettings, RetentionSettings, RequestSettings, CodeSettings),
     "suppressions": (DatabaseSettings, RequestSettings),
     "keys": (DatabaseSettings, TokenSettings),
     "webhooks": (DatabaseSettings, TokenSettings, WebhookSettings),

@@ -19,6 +19,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from notifier.config import (
     ApiSettings,
+    CodeSettings,
     DatabaseSettings,
     RequestSettings,
     RetentionSettings,
@@ -64,6 +65,8 @@ class WorkerConfig:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     # The limits' window, which says when budget counters can be forgotten.
     requests: RequestSettings = field(default_factory=RequestSettings)
+    # The codes' failure window, which cleanup forgets their counts by.
+    codes: CodeSettings = field(default_factory=CodeSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
 
@@ -78,6 +81,7 @@ class WorkerConfig:
             templates=Templates.from_env(),
             retention=RetentionSettings.from_env(),
             requests=RequestSettings.from_env(),
+            codes=CodeSettings.from_env(),
         )
 
 
@@ -269,8 +273,9 @@ async def serve(
             if services is not None:
                 tg.start_soon(keep_key_usage, services)
             if running is not None and worker is not None:
-                window = worker.config.requests.resend_window
-                tg.start_soon(run_periodically, pool, worker.config.retention, window)
+                config = worker.config
+                windows = (config.requests.resend_window, config.codes.failure_window)
+                tg.start_soon(run_periodically, pool, config.retention, *windows)
                 settings = worker.config.worker
                 tg.start_soon(run_lapse_sweeps, pool, settings.sweep_interval, settings.batch_size)
             async with anyio.create_task_group() as processes:

@@ -229,6 +229,8 @@ class VerificationRequest:
 
 _FINGERPRINT_CONTEXT = b"notifier.request-fingerprint.v1"
 _BUDGET_CONTEXT = b"notifier.request-budget.v1"
+# What a mailbox's wrong codes are counted by (keyed, like the budgets' subjects).
+CODE_BUDGET_CONTEXT = b"notifier.code-failures.v1"
 # Budgets are counted in this many slices of the window: a request leaves the count up to
 # a sixtieth of the window early (a minute of an hour), never late.
 BUDGET_SLICES = 60

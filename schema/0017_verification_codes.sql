@@ -6,8 +6,10 @@
 -- hash of it, so a dump cannot be checked against the million six-digit guesses.
 -- confirm_code_v1 judges a submitted code and counts the attempt in the same statement,
 -- under the verification's row lock and its mailbox's lock, so concurrent guesses never
--- share a count; a mailbox's wrong codes over a longer window are summed over all its
--- verifications, so neither a resend nor a new request gives anyone fresh guesses.
+-- share a count; a mailbox's wrong codes over a longer window are counted apart from its
+-- verifications (request_counts, scope code_failures, keyed by an HMAC of the mailbox), so
+-- neither a resend, nor a new request, nor cleanup of a finished verification gives anyone
+-- fresh guesses. A code-only verification has no link: its token hash is of nothing.
 
 ALTER TABLE notifier.verifications
     ADD COLUMN method text NOT NULL DEFAULT 'link'
@@ -18,11 +20,23 @@ ALTER TABLE notifier.verifications
     ADD COLUMN code_digits smallint CHECK (code_digits BETWEEN 6 AND 10),
     -- The code's own lifetime (NOTIFIER_CODE_TTL), never past the verification's.
     ADD COLUMN code_expires_at timestamptz,
-    -- Wrong codes judged against this verification, the last one's time (what the mailbox's
-    -- failure window counts by), and when they locked it.
+    -- HMAC of the canonical mailbox under the server secret: what its wrong codes are
+    -- counted by, whatever later scrubs or deletes the verification.
+    ADD COLUMN code_subject bytea CHECK (length(code_subject) = 32),
+    -- Wrong codes judged against this verification, and when they locked it.
     ADD COLUMN code_failures smallint NOT NULL DEFAULT 0 CHECK (code_failures >= 0),
-    ADD COLUMN code_failed_at timestamptz,
     ADD COLUMN code_locked_at timestamptz;
+
+-- A verification with a code has all of it. Rows before this release are links, so only
+-- new rows need checking.
+ALTER TABLE notifier.verifications ADD CONSTRAINT verifications_code_whole CHECK (
+    method = 'link' OR (code_hash IS NOT NULL AND code_subject IS NOT NULL
+                        AND code_digits IS NOT NULL AND code_expires_at IS NOT NULL)) NOT VALID;
+
+-- A mailbox's wrong codes, in slices of the failure window like the request budgets.
+ALTER TABLE notifier.request_counts DROP CONSTRAINT request_counts_scope_check;
+ALTER TABLE notifier.request_counts ADD CONSTRAINT request_counts_scope_check
+    CHECK (scope IN ('domain', 'client', 'global', 'code_failures'));
 
 -- Who may confirm a code: the API key that requested the verification, or one that
 -- requested an earlier verification the chain replaced (a console resend of the app's own):
@@ -52,7 +66,8 @@ CREATE FUNCTION notifier.request_v5(
     p_resend_limit integer, p_window double precision,
     p_budget_scopes text[], p_budget_subjects bytea[], p_budget_limits integer[],
     p_slice double precision, p_replaces uuid, p_return_to text,
-    p_method text, p_code_hash bytea, p_code_digits integer, p_code_ttl double precision
+    p_method text, p_code_hash bytea, p_code_subject bytea, p_code_digits integer,
+    p_code_ttl double precision
 ) RETURNS TABLE (
     result text, id uuid, status text, expires_at timestamptz, outbox_id bigint,
     retry_after integer, limit_scope text
@@ -74,7 +89,8 @@ BEGIN
         p_budget_subjects, p_budget_limits, p_slice, p_replaces, p_return_to) r;
     IF answer.result = 'accepted' AND p_method <> 'link' THEN
         UPDATE notifier.verifications v
-        SET method = p_method, code_hash = p_code_hash, code_digits = p_code_digits,
+        SET method = p_method, code_hash = p_code_hash, code_subject = p_code_subject,
+            code_digits = p_code_digits,
             code_expires_at = least(v.expires_at,
                                     v.created_at + make_interval(secs => p_code_ttl))
         WHERE v.id = p_id;
@@ -94,10 +110,9 @@ $$;
 --   already_verified, then expired (superseded: with superseded_by; the code's lifetime
 --               over; the secret revoked; the address scrubbed);
 --   locked      p_max_failures wrong codes locked it (locked_by attempts), or its mailbox
---               spent p_mailbox_failures wrong codes within p_window seconds, summed over
---               every verification of that mailbox whose last wrong code is that recent
---               (its earlier ones with it: the count errs on the guesser's side), with
---               retry_after, when the oldest of them leave the window (locked_by mailbox);
+--               spent p_mailbox_failures wrong codes within p_window seconds, over every
+--               verification of that mailbox (locked_by mailbox, with retry_after: when the
+--               oldest of them leave the window), counted in slices of p_slice seconds;
 --   verified    the code is right: confirmed now (the verification.confirmed event);
 --   wrong       counted, with attempts_remaining; the one that spends the last locks it
 --               (the verification.code_locked event).
@@ -105,7 +120,8 @@ $$;
 -- learns whether a guess was right.
 CREATE FUNCTION notifier.confirm_code_v1(
     p_id uuid, p_client_id text, p_key_ids text[], p_code_hashes bytea[],
-    p_max_failures integer, p_mailbox_failures integer, p_window double precision
+    p_max_failures integer, p_mailbox_failures integer, p_window double precision,
+    p_slice double precision
 ) RETURNS TABLE (
     result text, attempts_remaining integer, superseded_by uuid, locked_by text,
     retry_after integer
@@ -117,23 +133,15 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    box text;
     v notifier.verifications;
     spent bigint;
     earliest timestamptz;
     candidate bytea;
 BEGIN
-    SELECT w.mailbox INTO box FROM notifier.verifications w WHERE w.id = p_id;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 'not_found', NULL::integer, NULL::uuid, NULL::text, NULL::integer;
-        RETURN;
-    END IF;
-    -- The mailbox's lock (request_v4 takes the same one, before any row lock, as here):
-    -- guesses at two verifications of one mailbox are counted one after the other.
-    PERFORM pg_advisory_xact_lock(hashtextextended('notifier.mailbox:' || box, 0));
-    SELECT * INTO v FROM notifier.verifications w WHERE w.id = p_id FOR UPDATE;
-
-    IF p_client_id IS NOT NULL AND v.client_id IS DISTINCT FROM p_client_id
+    -- Who asked for it never changes: a caller it is not for is answered before it takes
+    -- any lock.
+    SELECT * INTO v FROM notifier.verifications w WHERE w.id = p_id;
+    IF NOT FOUND OR (p_client_id IS NOT NULL AND v.client_id IS DISTINCT FROM p_client_id
        AND NOT EXISTS (
            WITH RECURSIVE earlier AS (
                SELECT e.id, e.client_id, 1 AS depth FROM notifier.verifications e
@@ -143,12 +151,21 @@ BEGIN
                FROM earlier r JOIN notifier.verifications e ON e.superseded_by = r.id
                WHERE r.depth < 20
            )
-           SELECT FROM earlier r WHERE r.client_id = p_client_id) THEN
+           SELECT FROM earlier r WHERE r.client_id = p_client_id)) THEN
         RETURN QUERY SELECT 'not_found', NULL::integer, NULL::uuid, NULL::text, NULL::integer;
         RETURN;
     END IF;
     IF v.method = 'link' THEN
         RETURN QUERY SELECT 'no_code', NULL::integer, NULL::uuid, NULL::text, NULL::integer;
+        RETURN;
+    END IF;
+    -- The mailbox's lock, then the row's: guesses at two verifications of one mailbox are
+    -- counted one after the other, and two at one verification too.
+    PERFORM pg_advisory_xact_lock(
+        hashtextextended('notifier.code:' || encode(v.code_subject, 'hex'), 0));
+    SELECT * INTO v FROM notifier.verifications w WHERE w.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN  -- deleted by retention meanwhile
+        RETURN QUERY SELECT 'not_found', NULL::integer, NULL::uuid, NULL::text, NULL::integer;
         RETURN;
     END IF;
     IF v.verified_at IS NOT NULL THEN
@@ -166,9 +183,10 @@ BEGIN
         RETURN QUERY SELECT 'locked', 0, NULL::uuid, 'attempts', NULL::integer;
         RETURN;
     END IF;
-    SELECT coalesce(sum(w.code_failures), 0), min(w.code_failed_at) INTO spent, earliest
-    FROM notifier.verifications w
-    WHERE w.mailbox = box AND w.code_failed_at > now() - make_interval(secs => p_window);
+    SELECT coalesce(sum(c.count), 0), min(c.slice) INTO spent, earliest
+    FROM notifier.request_counts c
+    WHERE c.scope = 'code_failures' AND c.subject = v.code_subject
+      AND c.slice > now() - make_interval(secs => p_window);
     IF spent >= p_mailbox_failures THEN
         RETURN QUERY SELECT 'locked', greatest(p_max_failures - v.code_failures, 0),
                             NULL::uuid, 'mailbox',
@@ -185,9 +203,13 @@ BEGIN
     END IF;
     UPDATE notifier.verifications w
     SET code_failures = w.code_failures + 1,
-        code_failed_at = now(),
         code_locked_at = CASE WHEN w.code_failures + 1 >= p_max_failures THEN now() END
     WHERE w.id = p_id;
+    -- One counter row per slice: the mailbox's lock already orders every writer of it.
+    INSERT INTO notifier.request_counts AS c (scope, subject, slice, shard, count)
+    VALUES ('code_failures', v.code_subject,
+            to_timestamp(floor(extract(epoch FROM now()) / p_slice) * p_slice), 0, 1)
+    ON CONFLICT (scope, subject, slice, shard) DO UPDATE SET count = c.count + 1;
     RETURN QUERY SELECT 'wrong', greatest(p_max_failures - v.code_failures - 1, 0),
                         NULL::uuid, NULL::text, NULL::integer;
 END;

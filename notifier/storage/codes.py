@@ -26,7 +26,7 @@ from notifier.storage.drivers import (
 )
 from notifier.storage.outbox import env_policy
 from notifier.storage.queries import arguments, sql
-from notifier.verifications import CodeCheck, NoCode, Policy
+from notifier.verifications import BUDGET_SLICES, CodeCheck, NoCode, Policy
 
 
 class UnknownVerification(NotifierError):
@@ -72,6 +72,7 @@ def _values(
             "p_max_failures": limits.max_failures,
             "p_mailbox_failures": limits.mailbox_failures,
             "p_window": limits.failure_window,
+            "p_slice": limits.failure_window / BUDGET_SLICES,
         },
     )
 

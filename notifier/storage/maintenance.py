@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 
-from notifier.config import RetentionSettings
+from notifier.config import CodeSettings, RetentionSettings
 from notifier.storage.connection import Pool
 from notifier.storage.queries import sql
 
@@ -34,14 +34,20 @@ class CleanupReport:
     skipped: bool = False  # another process held the maintenance lock
 
 
-async def cleanup(pool: Pool, settings: RetentionSettings, budget_window: float) -> CleanupReport:
+async def cleanup(
+    pool: Pool,
+    settings: RetentionSettings,
+    budget_window: float,
+    code_window: float = CodeSettings().failure_window,
+) -> CleanupReport:
     """Scrub, delete, expire suppressions and forget spent budget counters, batch by batch
     until nothing is old enough; one batch at a time across every process.
 
     Each batch is a transaction that first takes the maintenance lock (transaction-scoped,
     so no session state outlives it and a transaction-mode pooler is fine). A process that
     finds the lock taken at the start stops: another is cleaning up. `budget_window` is the
-    request limits' window (NOTIFIER_RESEND_WINDOW): counters older than it count for nothing.
+    request limits' window (NOTIFIER_RESEND_WINDOW): counters older than it count for nothing;
+    `code_window` is the codes' failure window (NOTIFIER_CODE_FAILURE_WINDOW), likewise.
     """
     batch = settings.batch
     scrubbed = await _batches(pool, "scrub_finished", settings.scrub_after, batch)
@@ -51,7 +57,10 @@ async def cleanup(pool: Pool, settings: RetentionSettings, budget_window: float)
         scrubbed=scrubbed,
         deleted=await _batches(pool, "delete_finished", settings.retention, batch) or 0,
         suppressions_expired=await _batches(pool, "expire_suppressions", None, batch) or 0,
-        counters_forgotten=await _batches(pool, "forget_request_counts", budget_window, batch) or 0,
+        counters_forgotten=(
+            await _batches(pool, "forget_request_counts", budget_window, batch) or 0
+        )
+        + (await _batches(pool, "forget_code_failures", code_window, batch) or 0),
         sign_outs_forgotten=await _batches(pool, "forget_session_sign_outs", None, batch) or 0,
         events_forgotten=await _batches(pool, "forget_events", settings.event_retention, batch)
         or 0,
@@ -82,13 +91,15 @@ async def _batches(pool: Pool, statement: str, age: float | None, batch: int) ->
         await anyio.lowlevel.checkpoint()  # let other work on this loop through between batches
 
 
-async def run_periodically(pool: Pool, settings: RetentionSettings, budget_window: float) -> None:
+async def run_periodically(
+    pool: Pool, settings: RetentionSettings, budget_window: float, code_window: float
+) -> None:
     """The worker's schedule: a cleanup every `settings.interval` seconds (0: never)."""
     if settings.interval <= 0:
         return
     while True:
         await anyio.sleep(settings.interval)
         try:
-            await cleanup(pool, settings, budget_window)
+            await cleanup(pool, settings, budget_window, code_window)
         except Exception as exc:
             log.warning("scheduled cleanup failed (%s); retrying at the next interval", exc)

@@ -10,7 +10,9 @@ statement that also honours the idempotency key, suppression, the limits and sup
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
+import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from notifier.storage.queries import arguments, sql
 from notifier.telemetry import inject_current, producer_span
 from notifier.tokens import IssuedToken, TokenKeys, hash_token, looks_like_token
 from notifier.verifications import (
+    CODE_BUDGET_CONTEXT,
     Budgets,
     Confirmation,
     IdempotencyConflict,
@@ -101,6 +104,10 @@ class _Prepared:
                 raise InvalidRequest("return_to", str(exc)) from None
         verification_id = uuid.uuid4()
         issued = policy.keys.issue(verification_id)
+        if request.method == "code":
+            # No link: the stored hash is of a token nobody holds, so none confirms it
+            # (the code is derived from the nonce, which it keeps).
+            issued = dataclasses.replace(issued, token_hash=hash_token(secrets.token_urlsafe(32)))
         code_hash = None
         if request.method != "link":
             code = policy.keys.code(
@@ -165,6 +172,9 @@ class _Prepared:
                 "p_return_to": self.return_to,
                 "p_method": request.method,
                 "p_code_hash": self.code_hash,
+                "p_code_subject": None
+                if self.code_hash is None
+                else policy.keys.digest(CODE_BUDGET_CONTEXT, request.address.mailbox.encode()),
                 "p_code_digits": policy.codes.digits,
                 "p_code_ttl": policy.codes.ttl_seconds,
             },

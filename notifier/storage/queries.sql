@@ -40,7 +40,7 @@ FROM notifier.request_v5(
     p_window => $22::float8, p_budget_scopes => $23::text[], p_budget_subjects => $24::bytea[],
     p_budget_limits => $25::int[], p_slice => $26::float8, p_replaces => $27::uuid,
     p_return_to => $28::text, p_method => $29::text, p_code_hash => $30::bytea,
-    p_code_digits => $31::int, p_code_ttl => $32::float8);
+    p_code_subject => $31::bytea, p_code_digits => $32::int, p_code_ttl => $33::float8);
 
 -- name: confirm_code
 -- confirm_code_v1's parameters by name (schema/0017_verification_codes.sql), each cast to
@@ -53,7 +53,7 @@ SELECT result, attempts_remaining, superseded_by::text AS superseded_by, locked_
 FROM notifier.confirm_code_v1(
     p_id => $1::uuid, p_client_id => $2::text, p_key_ids => $3::text[],
     p_code_hashes => $4::bytea[], p_max_failures => $5::int, p_mailbox_failures => $6::int,
-    p_window => $7::float8);
+    p_window => $7::float8, p_slice => $8::float8);
 
 -- name: confirm_token
 -- $1: token hash, $2: apply (true: confirm a live link; false: only say what it would do,
@@ -566,10 +566,27 @@ WITH batch AS (
 SELECT count(*) FROM deleted;
 
 -- name: forget_request_counts
--- $1: window (seconds), $2: batch size. Deletes budget slices that left the window.
+-- $1: window (seconds), $2: batch size. Deletes request budget slices that left the window
+-- (the codes' failures have a window of their own: forget_code_failures).
 WITH batch AS (
     SELECT scope, subject, slice, shard FROM notifier.request_counts
-    WHERE slice < now() - make_interval(secs => $1)
+    WHERE slice < now() - make_interval(secs => $1) AND scope <> 'code_failures'
+    ORDER BY slice
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM notifier.request_counts c USING batch b
+    WHERE (c.scope, c.subject, c.slice, c.shard) = (b.scope, b.subject, b.slice, b.shard)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;
+
+-- name: forget_code_failures
+-- $1: the failure window (seconds), $2: batch size. Deletes slices of mailboxes' wrong
+-- codes that left it.
+WITH batch AS (
+    SELECT scope, subject, slice, shard FROM notifier.request_counts
+    WHERE slice < now() - make_interval(secs => $1) AND scope = 'code_failures'
     ORDER BY slice
     LIMIT $2
     FOR UPDATE SKIP LOCKED

@@ -153,6 +153,8 @@ async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
                 client_id=result.client_id,
                 locale=result.locale,
                 kept_return_to=result.return_to,
+                # Asked for from a link's page: a fresh link, whatever the default method.
+                method="link",
             )
     except RequestError:
         # The same answer whatever the reason (throttled, suppressed, ...): whoever

@@ -17,9 +17,10 @@ import pytest
 
 import notifier
 from notifier import events
-from notifier.config import CodeSettings
+from notifier.config import CodeSettings, RetentionSettings
 from notifier.storage.codes import UnknownVerification, check
 from notifier.storage.drivers import CatalogueRunner
+from notifier.storage.maintenance import cleanup
 from notifier.storage.outbox import confirm, request_standalone
 from notifier.tokens import TokenKeys
 from notifier.verifications import CodeCheck, NoCode, Policy
@@ -454,11 +455,7 @@ async def test_the_mailbox_budget_counts_only_wrong_codes_within_its_window(
     first = await requested(db, budget)
     for _ in range(5):
         await submit(db, budget, first, wrong_code(await code_of(db, keys, first)))
-    await db.execute(
-        "UPDATE notifier.verifications SET code_failed_at = now() - interval '25 hours' "
-        "WHERE id = $1",
-        first,
-    )
+    await db.execute("UPDATE notifier.request_counts SET slice = slice - interval '25 hours'")
     later = await requested(db, budget, email_address="ada@example.com", user_id="ada-2")
     code = await code_of(db, keys, later)
     for _ in range(2):
@@ -469,7 +466,8 @@ async def test_the_mailbox_budget_counts_only_wrong_codes_within_its_window(
 async def test_wrong_codes_at_a_verification_older_than_the_window_still_count(
     db: asyncpg.Connection, keys: TokenKeys, budget: Policy
 ) -> None:
-    # A long-lived code guessed at long after it was asked for is no way round the budget.
+    # A long-lived code guessed at long after it was asked for is no way round the budget:
+    # a wrong code counts from when it was guessed.
     first = await requested(db, budget, "link_and_code")
     await db.execute(
         "UPDATE notifier.verifications SET created_at = now() - interval '25 hours', "
@@ -482,6 +480,71 @@ async def test_wrong_codes_at_a_verification_older_than_the_window_still_count(
     for _ in range(2):
         await submit(db, budget, later, wrong_code(code))
     assert (await submit(db, budget, later, code)).locked_by == "mailbox"
+
+
+async def test_cleanup_of_finished_verifications_gives_no_fresh_guesses(
+    db: asyncpg.Connection, pool: asyncpg.Pool, keys: TokenKeys, budget: Policy
+) -> None:
+    for user in ("u1", "u2"):
+        spent = await requested(db, budget, user_id=user)
+        for _ in range(5):
+            await submit(db, budget, spent, wrong_code(await code_of(db, keys, spent)))
+    # Both finished long ago as far as retention can tell: scrubbed, then deleted.
+    await db.execute(
+        "UPDATE notifier.email_outbox SET status = 'expired', completed_at = now() - "
+        "interval '2 hours'"
+    )
+    await db.execute("UPDATE notifier.verifications SET expires_at = now() - interval '1 hour'")
+    quick = RetentionSettings(scrub_after=60, retention=60)
+    report = await cleanup(pool, quick, 3600.0, budget.codes.failure_window)
+    assert report.scrubbed == 2 and report.deleted == 2
+    later = await requested(db, budget, user_id="u3")
+    answer = await submit(db, budget, later, await code_of(db, keys, later))
+    assert (answer.outcome, answer.locked_by) == ("locked", "mailbox")
+
+
+async def test_cleanup_forgets_a_mailboxs_wrong_codes_once_they_leave_the_window(
+    db: asyncpg.Connection, pool: asyncpg.Pool, keys: TokenKeys, budget: Policy
+) -> None:
+    spent = await requested(db, budget)
+    for _ in range(5):
+        await submit(db, budget, spent, wrong_code(await code_of(db, keys, spent)))
+    await db.execute("UPDATE notifier.request_counts SET slice = slice - interval '25 hours'")
+    await cleanup(pool, RetentionSettings(), 3600.0, budget.codes.failure_window)
+    assert await db.fetchval("SELECT count(*) FROM notifier.request_counts") == 0
+
+
+async def test_a_mailboxs_wrong_codes_are_counted_by_a_keyed_hash_never_the_address(
+    db: asyncpg.Connection, keys: TokenKeys, budget: Policy
+) -> None:
+    spent = await requested(db, budget)
+    await submit(db, budget, spent, wrong_code(await code_of(db, keys, spent)))
+    [subject] = await db.fetch("SELECT subject FROM notifier.request_counts")
+    assert bytes(subject["subject"]) != hashlib.sha256(EMAIL.encode()).digest()
+    assert EMAIL.encode() not in bytes(subject["subject"])
+
+
+async def test_a_code_only_verification_has_no_link_that_confirms_it(
+    db: asyncpg.Connection, keys: TokenKeys, policy: Policy
+) -> None:
+    verification_id = await requested(db, policy, "code")
+    token = await link_token(db, keys, verification_id)  # derived as a link would be
+    assert (await confirm(db, token, apply=True, keys=keys)).outcome == "invalid"
+    assert await db.fetchval("SELECT verified_at FROM notifier.verifications") is None
+
+
+async def test_a_fresh_link_asked_for_from_an_expired_link_is_a_link_whatever_the_default(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    first = await request_standalone(
+        db, user_id="ada", email=EMAIL, policy=policy_for_tests(keys), method="link_and_code"
+    )
+    token = await link_token(db, keys, first.id)
+    await db.execute("UPDATE notifier.verifications SET expires_at = now() - interval '1 s'")
+    renewed = await apps.public.post("/verify/resend", data={"token": token})
+    assert renewed.status_code == 202, renewed.text
+    methods = await db.fetch("SELECT method FROM notifier.verifications ORDER BY created_at")
+    assert [m["method"] for m in methods] == ["link_and_code", "link"]
 
 
 # -- who may confirm ----------------------------------------------------------------------------
