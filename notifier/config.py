@@ -279,6 +279,21 @@ class WorkerSettings(Group):
         0.2,
         "The fraction by which a retry delay is randomly shortened or lengthened.",
     )
+    throttle_base: float = setting(
+        "NOTIFIER_THROTTLE_BASE",
+        parse.seconds(0.001, 600),
+        1.0,
+        "After the provider throttles, the first wait; each throttle in a row doubles it, "
+        "each send halves it. A throttled try uses up no attempt.",
+        unit="s",
+    )
+    throttle_ceiling: float = setting(
+        "NOTIFIER_THROTTLE_CEILING",
+        parse.seconds(0.001, 3600),
+        30.0,
+        "The longest wait after a throttle (the link's expiry still ends the delivery).",
+        unit="s",
+    )
     unknown_outcome_limit: int = setting(
         "NOTIFIER_UNKNOWN_OUTCOME_LIMIT",
         parse.integer(1, 100),

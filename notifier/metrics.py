@@ -56,7 +56,7 @@ class WorkerMetrics:
         self.outcomes = meter.create_counter(
             "notifier.outcomes",
             unit="{attempt}",
-            description="Attempt outcomes by kind (sent, transient, permanent, unknown, "
+            description="Attempt outcomes by kind (sent, transient, throttled, permanent, unknown, "
             "expired, superseded, verified, lease_lost)",
         )
         self.attempts = meter.create_histogram(

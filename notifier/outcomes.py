@@ -3,6 +3,8 @@ that moves it, in one place.
 
     pending --claim--> sending --sent--> sent
        ^                  |--transient / unknown, retry due before the link expires--> pending
+       |                  |--throttled by the provider: its attempt handed back, a short
+       |                  |  wait (the link's expiry still bounds it)--> pending
        |                  |--permanent, attempts or unknowns used up--> failed
        |                  '--link expired, superseded or verified before DATA--> expired/sent
        '--lease expired (worker died): the next claim takes it over
@@ -36,14 +38,23 @@ Discovery = Literal["notify", "sweep", "retry_timer", "expired_lease", "poll"]
 Fate = Literal["send", "expired", "superseded", "verified", "exhausted"]
 # The verification as the pre-send gate sees it.
 VerificationState = Literal["live", "expired", "superseded", "verified"]
-# How a send ended at the transport: "aborted" means the gate said no before the body.
-SendOutcome = Literal["sent", "transient", "permanent", "unknown", "aborted"]
+# How a send ended at the transport: "aborted" means the gate said no before the body;
+# "throttled", that the provider asked us to slow down (a rate, not the message, refused).
+SendOutcome = Literal["sent", "transient", "permanent", "unknown", "throttled", "aborted"]
 # Whose problem a permanent refusal is: only the recipient's own mailbox suppresses it;
 # ours (a refused sender, a policy or content rejection) alerts the operator.
 Refusal = Literal["recipient", "configuration", "message"]
 # How an attempt ended, as the worker reports it.
 AttemptOutcome = Literal[
-    "sent", "transient", "permanent", "unknown", "expired", "superseded", "verified", "lease_lost"
+    "sent",
+    "transient",
+    "permanent",
+    "unknown",
+    "throttled",
+    "expired",
+    "superseded",
+    "verified",
+    "lease_lost",
 ]
 # What the attempts log and a row's last_outcome may hold (schema domain
 # notifier.delivery_outcome): the worker's outcomes, and what the database itself records
@@ -119,7 +130,7 @@ def judge(send: SendOutcome, refusal: Refusal | None, gate: Sendability | None) 
                 suppress=refusal == "recipient",
                 configuration_problem=refusal == "configuration",
             )
-        case "transient" | "unknown":
+        case "transient" | "unknown" | "throttled":
             return Judgement(send, retry=True)
         case "aborted":
             return _aborted(gate)
@@ -164,6 +175,9 @@ def settle(
             return "failed"
         case "expired" | "superseded":
             return "expired"
+        case "throttled":
+            # Its attempt is handed back: only the link's expiry ends it.
+            return "expired" if retry_after_expiry else "pending"
         case "unknown" if unknown_outcomes + 1 >= unknown_limit:
             return "failed"  # each retry after an unknown outcome may be a duplicate
         case "transient" | "unknown" | "lease_lost":

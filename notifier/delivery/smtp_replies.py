@@ -1,6 +1,7 @@
-"""What an SMTP server's replies and failures mean: transient, permanent (and whose problem),
-or unknown; which say the deployment is misconfigured; and how a reply is kept (one line,
-escaped, redacted, bounded). The transport (notifier.delivery.mailer) asks; this decides.
+"""What an SMTP server's replies and failures mean: transient, throttled, permanent (and
+whose problem), or unknown; which say the deployment is misconfigured; and how a reply is
+kept (one line, escaped, redacted, bounded). The transport (notifier.delivery.mailer)
+asks; this decides.
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ _REPLY_WINDOW_CHARS = REPLY_LIMIT_CHARS + 2 * LONGEST_ADDRESS
 SERVICE_CLOSING = 421
 # "Authentication required" at MAIL: the deployment lacks credentials, the message is fine.
 AUTH_REQUIRED = 530
+
+# Replies a provider throttles with (SES 454, Gmail 421/450, Microsoft 451/452, Postfix's
+# own 450/452 rate limits), when their words say rate: "Throttling failure: Maximum sending
+# rate exceeded", "Daily message quota exceeded", "receiving mail at a rate", "too many
+# messages". A 4xx without such words (greylisting, a full mailbox) stays transient.
+THROTTLE_CODES = frozenset({421, 450, 451, 452, 454})
+_THROTTLING = re.compile(
+    r"throttl|rate (?:limit|exceeded|that prevents)|sending rate|at a rate|unusual rate"
+    r"|too many (?:messages|recipients|connections|emails|mails)|quota|slow down",
+    re.IGNORECASE,
+)
 
 Phase = Literal["connect", "mail", "rcpt", "data"]
 # An enhanced status code (RFC 3463) at the start of a reply's text: class.subject.detail.
@@ -74,6 +86,12 @@ def refusal_of(phase: Phase, reply: str) -> Refusal:
     if phase == "data":
         return "configuration"
     return "message"
+
+
+def throttles(code: int | None, text: str | None) -> bool:
+    """Whether a reply asks us to slow down (a rate or a quota) rather than refuse this
+    message: such a try hands its attempt back and is retried after a short wait."""
+    return code in THROTTLE_CODES and _THROTTLING.search(text or "") is not None
 
 
 def configuration_problem(exc: Exception, phase: Phase) -> str | None:
@@ -155,6 +173,8 @@ def verdict_of(exc: Exception, phase: Phase) -> Verdict:
         code = exc.code if isinstance(exc, SMTPResponseException) else None
         return Verdict("transient", code, f"{problem}: {exc}", alert=problem)
     code, text = reply_of(exc)
+    if throttles(code, text):
+        return Verdict("throttled", code, text)
     if code is not None and phase != "connect" and 400 <= code < 500:
         return Verdict("transient", code, text)
     if code is not None and phase != "connect" and 500 <= code < 600:

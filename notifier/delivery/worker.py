@@ -32,7 +32,7 @@ from notifier.delivery.leases import Claimed, Completed, Completion, Held, Lease
 from notifier.delivery.listener import Listener
 from notifier.delivery.mailer import SendResult, Transport
 from notifier.delivery.messages import Templates
-from notifier.delivery.retries import Backoff
+from notifier.delivery.retries import Backoff, Throttle
 from notifier.delivery.send_gate import Flight, SendGate
 from notifier.delivery.shielded import CLEANUP_TIMEOUT_SECONDS, persisted
 from notifier.events import Events, Observer
@@ -114,6 +114,7 @@ class Worker:
             pool, owner or default_owner(), settings.lease_seconds, settings.suppression_ttl
         )
         self.backoff = Backoff.from_settings(settings)
+        self.throttle = Throttle.from_settings(settings)
         self.intake = Intake()
         # database_url is where LISTEN goes (NOTIFIER_LISTEN_DATABASE_URL); its round trips'
         # NOTIFYs go through the pool, so they cross from one connection to the other.
@@ -548,6 +549,8 @@ class Worker:
         """The completion the transport's result and the gate's answer call for
         (outcomes.judge decides; this records it)."""
         judgement = judge(result.outcome, result.refusal, gate)
+        if judgement.outcome == "sent":
+            self.throttle.sent()
         if judgement.configuration_problem:
             self.observer.notice(events.ConfigurationProblem(flight.row.id, result.code))
         if result.outcome == "aborted" and not judgement.retry:
@@ -596,7 +599,7 @@ class Worker:
             claimed_at=row.claimed_at,
             duration_ms=(time.monotonic() - started) * 1000,
             outcome=outcome,
-            retry_delay=self.backoff.delay(row.attempt) if retry else 0.0,
+            retry_delay=self._retry_delay(outcome, row.attempt) if retry else 0.0,
             smtp_code=None if result is None else result.code,
             detail=detail,
             provider_message_id=provider_message_id,
@@ -604,6 +607,11 @@ class Worker:
             smtp_seconds=None if result is None else result.duration,
             suppress=folded(row.email) if suppress else None,
         )
+
+    def _retry_delay(self, outcome: AttemptOutcome, attempt: int) -> float:
+        if outcome == "throttled":
+            return self.throttle.throttled()
+        return self.backoff.delay(attempt)
 
     async def _complete(self, completion: Completion) -> None:
         # Persisted (shielded, retried): a result the mail server already gave must reach

@@ -27,6 +27,7 @@ LOST = Sendability(lease_held=False, verification=None)
         ("sent", None, HELD_LIVE, Judgement("sent")),
         ("transient", None, HELD_LIVE, Judgement("transient", retry=True)),  # 4xx, no connection
         ("unknown", None, HELD_LIVE, Judgement("unknown", retry=True)),  # lost after the body
+        ("throttled", None, HELD_LIVE, Judgement("throttled", retry=True)),  # slow down
         ("permanent", "recipient", HELD_LIVE, Judgement("permanent", suppress=True)),
         (
             "permanent",
@@ -110,4 +111,34 @@ def test_a_claim_sends_only_a_live_row_with_attempts_left(
             max_attempts=5,
         )
         == fate
+    )
+
+
+def test_a_throttled_try_is_pending_again_whatever_its_attempts() -> None:
+    # Its attempt is handed back: the provider refused a rate, not the message.
+    for attempts in (1, 5, 100):
+        assert (
+            settle(
+                "throttled",
+                attempts=attempts,
+                max_attempts=5,
+                unknown_outcomes=0,
+                unknown_limit=3,
+                retry_after_expiry=False,
+            )
+            == "pending"
+        )
+
+
+def test_a_throttled_try_whose_wait_outlasts_the_link_expires() -> None:
+    assert (
+        settle(
+            "throttled",
+            attempts=1,
+            max_attempts=5,
+            unknown_outcomes=0,
+            unknown_limit=3,
+            retry_after_expiry=True,
+        )
+        == "expired"
     )

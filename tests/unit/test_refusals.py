@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.delivery.smtp_replies import Phase, refusal_of
+from notifier.delivery.smtp_replies import Phase, refusal_of, throttles
 from notifier.outcomes import Refusal
 
 
@@ -32,3 +32,38 @@ def test_a_refusal_is_blamed_by_phase_and_enhanced_status(
     phase: Phase, reply: str, whose: Refusal
 ) -> None:
     assert refusal_of(phase, reply) == whose
+
+
+@pytest.mark.parametrize(
+    ("code", "reply"),
+    [
+        (454, "4.7.0 Throttling failure: Maximum sending rate exceeded."),  # Amazon SES
+        (454, "Throttling failure: Daily message quota exceeded."),  # Amazon SES
+        (421, "4.7.28 Our system has detected an unusual rate of unsolicited mail"),  # Gmail
+        (
+            450,
+            "4.2.1 The user you are trying to contact is receiving mail at a rate that "
+            "prevents additional messages from being delivered",
+        ),  # Gmail, per recipient
+        (451, "4.7.500 Server busy. Please try again later. Too many messages"),  # Microsoft
+        (452, "4.5.3 Too many recipients"),
+        (421, "4.4.2 rate limit exceeded, slow down"),
+    ],
+)
+def test_a_providers_rate_refusal_is_throttling(code: int, reply: str) -> None:
+    assert throttles(code, reply)
+
+
+@pytest.mark.parametrize(
+    ("code", "reply"),
+    [
+        (451, "4.7.1 Greylisting in action, please come back later"),
+        (452, "4.2.2 Mailbox full"),
+        (421, "4.3.2 Service not available, closing transmission channel"),
+        (450, "4.1.1 mailbox temporarily unavailable"),
+        (550, "5.7.1 rate limit exceeded"),  # a permanent refusal stays one
+        (None, "throttling"),
+    ],
+)
+def test_any_other_reply_is_not_throttling(code: int | None, reply: str) -> None:
+    assert not throttles(code, reply)

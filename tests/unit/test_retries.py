@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from notifier.delivery.retries import Backoff
+from notifier.delivery.retries import Backoff, Throttle
 
 SCHEDULE = Backoff(base=60.0, factor=5.0, ceiling=900.0, jitter=0.2)
 
@@ -27,3 +27,20 @@ def test_jittered_delay_never_exceeds_the_ceiling() -> None:
 
 def test_huge_retry_numbers_do_not_overflow() -> None:
     assert SCHEDULE.nominal(10_000) == 900.0
+
+
+def test_a_throttle_waits_seconds_doubling_with_each_in_a_row_up_to_its_ceiling() -> None:
+    throttle = Throttle(base=1.0, ceiling=30.0, jitter=0.0)
+    assert [throttle.throttled() for _ in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+def test_each_send_that_goes_through_halves_the_wait_until_none_is_left() -> None:
+    throttle = Throttle(base=1.0, ceiling=30.0, jitter=0.0)
+    for _ in range(4):
+        throttle.throttled()
+    waits = []
+    for _ in range(5):
+        throttle.sent()
+        waits.append(throttle.wait)
+    assert waits == [4.0, 2.0, 1.0, 0.0, 0.0]
+    assert throttle.throttled() == 1.0
