@@ -279,6 +279,16 @@ class WorkerSettings(Group):
         0.2,
         "The fraction by which a retry delay is randomly shortened or lengthened.",
     )
+    send_rate: float | None = setting(
+        "NOTIFIER_SEND_RATE",
+        parse.float_at_least(0.1),
+        None,
+        "Messages a second across every worker, from one token bucket in the database that "
+        "each draws from before it claims; it halves when the provider throttles and grows "
+        "back by a twentieth a second. Set it a little under the provider's limit.",
+        unit="messages/s",
+        default_text="unset: no limit",
+    )
     throttle_base: float = setting(
         "NOTIFIER_THROTTLE_BASE",
         parse.seconds(0.001, 600),

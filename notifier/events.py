@@ -126,6 +126,15 @@ class ConfigurationProblem:
 
 
 @dataclass(frozen=True, slots=True)
+class SendRateChanged:
+    """The fleet's send rate in force, as this worker last read it (messages a second):
+    less than NOTIFIER_SEND_RATE after the provider throttled, growing back since."""
+
+    rate: float
+    configured: float
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownTokenKey:
     """A link made with a secret this worker lacks (retried until it expires)."""
 
@@ -205,6 +214,7 @@ WorkerEvent = (
     | Deferred
     | LeaseLost
     | ConfigurationProblem
+    | SendRateChanged
     | UnknownTokenKey
     | ListenerConnected
     | ListenerConnectFailed

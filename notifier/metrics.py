@@ -59,6 +59,12 @@ class WorkerMetrics:
             description="Attempt outcomes by kind (sent, transient, throttled, permanent, unknown, "
             "expired, superseded, verified, lease_lost)",
         )
+        self.send_rate = meter.create_gauge(
+            "notifier.send_rate",
+            unit="{message}/s",
+            description="The fleet's send rate in force (NOTIFIER_SEND_RATE, or less after the "
+            "provider throttled), as this worker last read it",
+        )
         self.attempts = meter.create_histogram(
             "notifier.delivery.attempts",
             unit="{attempt}",
@@ -152,6 +158,8 @@ class WorkerMetrics:
                     self.attempts.record(attempt)
             case events.Settled(fate=fate):
                 self.outcomes.add(1, {"outcome": "expired" if fate == "exhausted" else fate})
+            case events.SendRateChanged(rate=rate, configured=configured):
+                self.send_rate.set(rate, {"configured": configured})
             case events.WebhookAttempted(outcome=outcome, seconds=seconds):
                 self.webhook_attempts.add(1, {"outcome": outcome})
                 self.webhook_duration.record(seconds)

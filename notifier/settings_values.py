@@ -5,6 +5,7 @@ declarations, as `parse.seconds(1, 3600)`, `parse.text`, ...
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
@@ -119,7 +120,7 @@ def display_name(raw: str) -> str:
 def float_at_least(low: float) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         value = float(raw)
-        if value < low:
+        if not math.isfinite(value) or value < low:
             raise ValueError(f"must be at least {low:g}")
         return value
 

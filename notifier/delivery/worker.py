@@ -34,6 +34,7 @@ from notifier.delivery.mailer import SendResult, Transport
 from notifier.delivery.messages import Templates
 from notifier.delivery.retries import Backoff, Throttle
 from notifier.delivery.send_gate import Flight, SendGate
+from notifier.delivery.send_rate import SendRate
 from notifier.delivery.shielded import CLEANUP_TIMEOUT_SECONDS, persisted
 from notifier.events import Events, Observer
 from notifier.outcomes import AttemptOutcome, Discovery, Sendability, judge
@@ -115,6 +116,8 @@ class Worker:
         )
         self.backoff = Backoff.from_settings(settings)
         self.throttle = Throttle.from_settings(settings)
+        # NOTIFIER_SEND_RATE: the fleet's bucket, drawn on before each claim (None: no limit).
+        self.send_rate = None if settings.send_rate is None else SendRate(pool, settings.send_rate)
         self.intake = Intake()
         # database_url is where LISTEN goes (NOTIFIER_LISTEN_DATABASE_URL); its round trips'
         # NOTIFYs go through the pool, so they cross from one connection to the other.
@@ -262,6 +265,12 @@ class Worker:
                 self._give_slots(free)
                 return
             try:
+                granted = free if self.send_rate is None else await self._tokens(free)
+                if granted < free:
+                    self._give_slots(free - granted)
+                    free = granted
+                if not free:
+                    continue
                 rows = await self._claim(free)
             except Exception as exc:
                 self._give_slots(free)
@@ -270,6 +279,11 @@ class Worker:
                 self.intake.request_sweep("sweep")
                 await anyio.sleep(CLAIM_ERROR_BACKOFF_SECONDS)
                 continue
+            if self.send_rate is not None:
+                # A token buys one message sent: rows another worker claimed first, or
+                # settled without sending, hand theirs back.
+                spent = sum(row.fate == "send" for row, _ in rows)
+                await persisted(functools.partial(self.send_rate.give_back, free - spent))
             to_send, crowded = self._sorted(rows)
             if self._stopping:
                 # Answered after shutdown began: what the claim leased goes back unsent.
@@ -284,6 +298,18 @@ class Worker:
             self._give_slots(free - self._launch(to_send))
             if crowded:
                 await self._defer(crowded)
+
+    async def _tokens(self, wanted: int) -> int:
+        """Tokens of the fleet's send rate for up to `wanted` sends; when none are left,
+        waits for the next one (holding no lease) and answers 0, so the loop starts over."""
+        assert self.send_rate is not None
+        before = self.send_rate.in_force
+        grant = await self.send_rate.take(wanted)
+        if grant.rate != before:
+            self.observer.notice(events.SendRateChanged(grant.rate, self.send_rate.rate))
+        if grant.granted == 0:
+            await anyio.sleep(grant.wait)
+        return grant.granted
 
     async def _room_to_hold(self) -> None:
         """Until this worker holds fewer rows than it may (a send ends, or a wait)."""
@@ -645,6 +671,15 @@ class Worker:
             return
         if done.status == "pending":
             self.intake.offer_later(completion.id, completion.retry_delay)
+        if completion.outcome == "throttled" and self.send_rate is not None:
+            rate = await persisted(self.send_rate.throttled)
+            if isinstance(rate, float):
+                log.warning(
+                    "the mail provider throttled; the fleet's send rate is now %.1f/s of %g/s",
+                    rate,
+                    self.send_rate.rate,
+                )
+                self.observer.notice(events.SendRateChanged(rate, self.send_rate.rate))
         self.observer.notice(
             events.Completed(
                 self.owner,

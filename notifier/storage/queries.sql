@@ -233,6 +233,25 @@ FROM notifier.claim_v3(
 ) c
 JOIN notifier.verifications v ON v.id = c.verification_id;
 
+-- name: take_send_tokens
+-- $1: tokens wanted, $2: NOTIFIER_SEND_RATE, $3: how fast the rate in force grows back
+-- (messages a second, every second). The fleet's token bucket (schema 0019): granted, the
+-- rate in force, and the seconds until the next token when fewer were granted.
+SELECT granted, rate, wait FROM notifier.take_send_tokens_v1($1, $2, $3);
+
+-- name: return_send_tokens
+-- $1: tokens taken but not spent.
+SELECT notifier.return_send_tokens_v1($1);
+
+-- name: send_rate_throttled
+-- $1: the lowest rate in force. The provider throttled: the rate in force halves (at most
+-- once a second); NULL when another throttle halved it less than a second ago.
+SELECT notifier.send_rate_throttled_v1($1);
+
+-- name: send_rate_in_force
+-- No parameters. The fleet's send rate as the console shows it (no row: none was set yet).
+SELECT rate, backed_off_at FROM notifier.send_rate;
+
 -- name: check_sendable
 -- $1: outbox ids (bigint[]), $2: their lease tokens (uuid[]). The gate just before DATA:
 -- is each lease still held (and unexpired), and is its verification still worth sending?

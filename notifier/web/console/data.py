@@ -9,6 +9,7 @@ results show the address redacted.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Sequence
@@ -62,6 +63,10 @@ class QueueSnapshot:
     minutes: Sequence[Minute]
     outcomes: dict[str, int] = field(default_factory=dict)
     discovered_by: dict[str, int] = field(default_factory=dict)
+    # The fleet's send rate in force (None: NOTIFIER_SEND_RATE never set), and when the
+    # provider last throttled it.
+    send_rate: float | None = None
+    backed_off_at: datetime | None = None
 
     @property
     def sent(self) -> int:
@@ -92,6 +97,11 @@ async def queue_snapshot(conn: Runner) -> QueueSnapshot:
         oldest_pending_seconds=float(queue["oldest_pending_seconds"] or 0.0),
         minutes=minutes,
     )
+    rate = await conn.fetchrow(sql("send_rate_in_force"))
+    if rate is not None:
+        snapshot = dataclasses.replace(
+            snapshot, send_rate=rate["rate"], backed_off_at=rate["backed_off_at"]
+        )
     groups = {"outcome": snapshot.outcomes, "discovered_by": snapshot.discovered_by}
     for row in await conn.fetch(sql("console_attempt_counts"), CHART_MINUTES * 60.0):
         groups[row["kind"]][row["name"]] = row["count"]

@@ -165,6 +165,23 @@ def _tiles(s: QueueSnapshot) -> list[_Tile]:
             f"{_rate(recent_sent, len(recent) or 1)} in the last {len(recent)} min",
         ),
         _Tile("Failed, last hour", str(s.failed), f"{_rate(s.failed, CHART_MINUTES)} a minute"),
+        *_send_rate_tile(s),
+    ]
+
+
+def _send_rate_tile(s: QueueSnapshot) -> list[_Tile]:
+    """The fleet's send rate in force, once NOTIFIER_SEND_RATE has been used."""
+    if s.send_rate is None:
+        return []
+    if s.backed_off_at is None:
+        return [_Tile("Send rate", f"{s.send_rate:g}/s", "in force across every worker")]
+    return [
+        _Tile(
+            "Send rate",
+            f"{s.send_rate:.1f}/s",
+            f"in force; the provider last throttled at {s.backed_off_at:%H:%M:%S} UTC",
+            " warn",
+        )
     ]
 
 

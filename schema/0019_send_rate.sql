@@ -1,0 +1,113 @@
+-- Why: nothing held the fleet to the provider's rate. Each worker sent as fast as it could,
+-- so three workers against a 14/s SES account were throttled by design, and a per-process
+-- limit cannot add up to the account's. NOTIFIER_SEND_RATE is now one token bucket in the
+-- database, on its clock, that every worker draws from before it claims (so no lease is
+-- held waiting for a token), and that halves when the provider throttles and grows back a
+-- little every second (additive increase, multiplicative decrease): the fleet settles under
+-- the provider's real limit.
+
+-- One row: the rate in force (the configured one, or less after a throttle), the tokens
+-- left, and when they were last counted.
+CREATE TABLE notifier.send_rate (
+    id            boolean          PRIMARY KEY DEFAULT true CHECK (id),
+    rate          double precision NOT NULL CHECK (rate > 0),
+    tokens        double precision NOT NULL,
+    refilled_at   timestamptz      NOT NULL DEFAULT clock_timestamp(),
+    backed_off_at timestamptz
+);
+
+-- Up to p_wanted tokens, at p_rate (the configured rate) at most: the bucket refills at the
+-- rate in force, which grows back by p_recovery messages a second every second since a
+-- throttle, and holds a quarter second of it (at least one), so no second sends more than
+-- the rate and a quarter. wait: seconds until the next token, when fewer were granted.
+-- The database's clock decides, never a worker's; the row lock orders every taker.
+CREATE FUNCTION notifier.take_send_tokens_v1(
+    p_wanted integer, p_rate double precision, p_recovery double precision
+) RETURNS TABLE (granted integer, rate double precision, wait double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r notifier.send_rate;
+    at timestamptz := clock_timestamp();
+    elapsed double precision;
+    in_force double precision;
+    have double precision;
+    given integer;
+BEGIN
+    INSERT INTO notifier.send_rate (rate, tokens, refilled_at) VALUES (p_rate, 0, at)
+    ON CONFLICT (id) DO NOTHING;
+    SELECT * INTO r FROM notifier.send_rate s WHERE s.id FOR UPDATE;
+    at := clock_timestamp();  -- after the lock: the time this taker's tokens are counted at
+    elapsed := greatest(extract(epoch FROM at - r.refilled_at), 0);
+    in_force := least(p_rate, r.rate + p_recovery * elapsed);
+    have := least(greatest(1, in_force / 4), r.tokens + in_force * elapsed);
+    given := least(p_wanted, greatest(floor(have), 0))::integer;
+    UPDATE notifier.send_rate s
+    SET rate = in_force, tokens = have - given, refilled_at = at
+    WHERE s.id;
+    RETURN QUERY SELECT given, in_force,
+                        CASE WHEN given < p_wanted THEN (1 - (have - given)) / in_force
+                             ELSE 0 END;
+END;
+$$;
+
+-- Tokens taken but not spent (the rows were claimed by another worker, or settled without
+-- sending) go back, up to what the bucket holds.
+CREATE FUNCTION notifier.return_send_tokens_v1(p_count integer) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE notifier.send_rate s
+    SET tokens = least(greatest(1, s.rate / 4), s.tokens + p_count)
+    WHERE s.id
+$$;
+
+-- The provider throttled a send: the rate in force halves, at most once a second (a burst
+-- throttles many sends at once, and they are one signal), never below p_floor. The rate
+-- in force afterwards.
+CREATE FUNCTION notifier.send_rate_throttled_v1(p_floor double precision)
+RETURNS double precision
+LANGUAGE sql AS $$
+    UPDATE notifier.send_rate s
+    SET rate = greatest(p_floor, s.rate / 2), tokens = least(s.tokens, 0),
+        backed_off_at = clock_timestamp()
+    WHERE s.id AND (s.backed_off_at IS NULL
+                    OR s.backed_off_at < clock_timestamp() - interval '1 second')
+    RETURNING s.rate
+$$;
+
+-- The runtime role also takes from the send rate's bucket.
+CREATE OR REPLACE FUNCTION notifier.grant_runtime_v1(runtime_role name) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    current_oid oid := (SELECT oid FROM pg_roles WHERE rolname = runtime_role);
+BEGIN
+    IF current_oid IS NULL THEN
+        DELETE FROM notifier.runtime_roles WHERE role = runtime_role;
+        RETURN;
+    END IF;
+    EXECUTE format('GRANT USAGE ON SCHEMA notifier TO %I', runtime_role);
+    EXECUTE format('GRANT SELECT ON notifier.schema_migrations TO %I', runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON notifier.verifications TO %I',
+                   runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON notifier.email_outbox TO %I', runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON notifier.delivery_attempts TO %I',
+                   runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON notifier.suppressed_addresses TO %I',
+                   runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON notifier.request_counts TO %I',
+                   runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON notifier.session_sign_outs TO %I',
+                   runtime_role);
+    EXECUTE format('GRANT SELECT, UPDATE (last_used_at, sessions_valid_after) '
+                   'ON notifier.api_keys TO %I', runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON notifier.events, '
+                   'notifier.webhook_endpoints, notifier.webhook_deliveries, '
+                   'notifier.webhook_attempts TO %I', runtime_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON notifier.send_rate TO %I', runtime_role);
+    EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA notifier TO %I', runtime_role);
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION notifier.grant_runtime_v1(name), '
+                   'notifier.regrant_runtime_v1() FROM %I', runtime_role);
+    INSERT INTO notifier.runtime_roles (role, role_oid) VALUES (runtime_role, current_oid)
+    ON CONFLICT (role) DO UPDATE SET role_oid = excluded.role_oid, granted_at = now();
+END;
+$$;
+REVOKE EXECUTE ON FUNCTION notifier.grant_runtime_v1(name) FROM PUBLIC;
+SELECT notifier.regrant_runtime_v1();

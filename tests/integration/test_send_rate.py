@@ -1,0 +1,100 @@
+"""NOTIFIER_SEND_RATE: one bucket in the database that every worker draws from before it
+claims, halved when the provider throttles and grown back second by second."""
+
+from __future__ import annotations
+
+import contextlib
+
+import anyio
+import asyncpg
+import pytest
+
+from notifier import events
+from notifier.delivery.send_rate import FLOOR_SHARE, SendRate
+from notifier.tokens import TokenKeys
+from tests.support.deliveries import enqueue_many
+from tests.support.recorder import recorded
+from tests.support.smtp_server import SmtpServer
+from tests.support.workers import running_worker
+
+pytestmark = pytest.mark.anyio
+
+RATE = 20.0
+SECONDS = 30
+
+
+async def test_three_workers_at_20_a_second_send_20_a_second_and_never_25_in_one(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    await enqueue_many(db, keys, int(RATE * (SECONDS + 5)))
+    async with contextlib.AsyncExitStack() as stack:
+        for name in ("w1", "w2", "w3"):
+            await stack.enter_async_context(
+                running_worker(
+                    database_url, keys, smtp_server.settings(), name=name, send_rate=RATE
+                )
+            )
+        await anyio.sleep(SECONDS + 2)
+    times = sorted(r.received_at for r in smtp_server.kept)
+    start = times[0]
+    in_window = [t for t in times if t < start + SECONDS]
+    assert abs(len(in_window) / SECONDS - RATE) <= RATE * 0.1, len(in_window)
+    busiest = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
+    assert busiest <= 25, busiest
+
+
+async def test_a_taker_after_a_long_idle_gets_a_quarter_second_of_the_rate_at_most(
+    pool: asyncpg.Pool,
+) -> None:
+    rate = SendRate(pool, RATE)
+    await rate.take(1)
+    await pool.execute("UPDATE notifier.send_rate SET refilled_at = now() - interval '1 hour'")
+    assert (await rate.take(1000)).granted == RATE / 4
+
+
+async def test_a_throttle_halves_the_rate_in_force_once_a_second(pool: asyncpg.Pool) -> None:
+    rate = SendRate(pool, RATE)
+    await rate.take(1)
+    assert await rate.throttled() == RATE / 2
+    assert await rate.throttled() is None  # the same burst: one signal
+    await pool.execute(
+        "UPDATE notifier.send_rate SET backed_off_at = backed_off_at - interval '2 seconds'"
+    )
+    assert await rate.throttled() == RATE / 4
+
+
+async def test_the_rate_never_halves_below_its_floor(pool: asyncpg.Pool) -> None:
+    rate = SendRate(pool, RATE)
+    await rate.take(1)
+    for _ in range(12):
+        await pool.execute("UPDATE notifier.send_rate SET backed_off_at = NULL")
+        await rate.throttled()
+    assert rate.in_force == RATE * FLOOR_SHARE
+
+
+async def test_the_rate_in_force_grows_back_a_twentieth_a_second(pool: asyncpg.Pool) -> None:
+    rate = SendRate(pool, RATE)
+    await rate.take(1)
+    await rate.throttled()
+    await pool.execute("UPDATE notifier.send_rate SET refilled_at = now() - interval '4 seconds'")
+    grant = await rate.take(1)
+    assert RATE / 2 + 4 <= grant.rate <= RATE / 2 + 4.2  # one message a second, every second
+    await pool.execute("UPDATE notifier.send_rate SET refilled_at = now() - interval '1 minute'")
+    assert (await rate.take(1)).rate == RATE  # never past the configured rate
+
+
+async def test_a_worker_without_tokens_holds_no_lease_and_sends_the_rest_later(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    await enqueue_many(db, keys, 4)
+    async with running_worker(database_url, keys, smtp_server.settings(), send_rate=1.0) as worker:
+        with anyio.fail_after(10):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Completed)) >= 1)
+        statuses = await db.fetch("SELECT status FROM notifier.email_outbox ORDER BY id")
+        # One token at a time: the rows not yet sent wait unclaimed, not leased.
+        assert [r["status"] for r in statuses].count("sending") <= 1
+        with anyio.fail_after(10):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Completed)) >= 4)
+    assert len(smtp_server.kept) == 4
+    gaps = sorted(r.received_at for r in smtp_server.kept)
+    assert gaps[-1] - gaps[0] >= 2.5  # four messages at one a second
