@@ -12,7 +12,7 @@ that moves it, in one place.
 Three decisions, each a pure function here and, where the database takes it in the same
 statement that changes the row, a CASE in SQL that says it mirrors the function (and a test
 runs both over every case):
-- `claim_fate`: what a claim does with a row (schema claim_v3's `fate`);
+- `claim_fate`: what a claim does with a row (schema claim_v4's `fate`);
 - `judge`: what an attempt's SMTP result and the pre-send gate's answer mean (worker);
 - `settle`: the row's next status after an attempt (schema complete_v2).
 
@@ -83,7 +83,7 @@ RECORDED_OUTCOMES: frozenset[str] = frozenset(
 def claim_fate(
     *, verified: bool, superseded: bool, expired: bool, attempts: int, max_attempts: int
 ) -> Fate:
-    """What a claim does with a claimable row. Mirrored by claim_v3's CASE (same order)."""
+    """What a claim does with a claimable row. Mirrored by claim_v4's CASE (same order)."""
     if verified:
         return "verified"  # settled as sent: the person confirmed with an earlier email
     if superseded:

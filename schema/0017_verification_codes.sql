@@ -215,6 +215,119 @@ BEGIN
 END;
 $$;
 
+-- claim_v3 (schema 0013) with what the email of each row needs of its code: its method,
+-- and the code's length and lifetime (the code itself is derived at send time, like the
+-- token). Everything else is claim_v3's, case for case; claim_v3 stays for workers of the
+-- previous release during a rollout.
+CREATE FUNCTION notifier.claim_v4(
+    candidate_ids bigint[], owner text, lease_seconds double precision, discovery text
+) RETURNS TABLE (
+    id bigint, status text, lease_token uuid, attempts integer, max_attempts integer,
+    message_id text, verification_id uuid, discovered_by text, traceparent text,
+    tracestate text, fate text, previous_status text, user_id text, email text,
+    purpose text, token_key_id text, token_nonce bytea, expires_at timestamptz,
+    claimed_at timestamptz, locale text, issued_at timestamptz,
+    method text, code_digits smallint, code_expires_at timestamptz
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    locked bigint[];
+BEGIN
+    -- Claimable: due pending rows, or sending rows whose worker let the lease run out.
+    -- SKIP LOCKED: a row another worker is claiming right now is theirs. The test is a CASE,
+    -- not an OR of status tests, so no partial index matches it: the rows are found by id.
+    -- A caller that locked its candidates already (the sweep) takes no second lock.
+    SELECT array_agg(c.id ORDER BY c.id) INTO locked
+    FROM (
+        SELECT o.id
+        FROM notifier.email_outbox o
+        WHERE o.id = ANY(candidate_ids)
+          AND CASE o.status WHEN 'pending' THEN o.next_attempt_at <= now()
+                            WHEN 'sending' THEN o.lease_until < now()
+                            ELSE false END
+        ORDER BY o.id
+        FOR UPDATE SKIP LOCKED
+    ) c;
+    IF locked IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH fated AS (
+        -- What each candidate becomes. Only a live verification is sent; one that expired,
+        -- was superseded or was verified meanwhile is settled without a send, and a lease
+        -- that ran out on the last allowed attempt fails the row instead of retrying forever.
+        SELECT o.id, o.status AS previous_status, o.lease_owner AS previous_owner,
+               o.lease_token AS previous_token, o.attempts AS previous_attempts,
+               o.discovered_by AS previous_discovery, o.claimed_at AS previous_claimed_at,
+               v.user_id, v.email, v.purpose, v.token_key_id, v.token_nonce, v.expires_at,
+               v.locale, v.created_at AS issued_at, v.method, v.code_digits,
+               v.code_expires_at,
+               -- Mirrors notifier.outcomes.claim_fate, case for case (and
+               -- tests/integration/test_outcomes_sql.py runs both over every case).
+               CASE
+                   WHEN v.verified_at IS NOT NULL THEN 'verified'
+                   WHEN v.superseded_at IS NOT NULL THEN 'superseded'
+                   WHEN v.expires_at <= now() THEN 'expired'
+                   WHEN o.attempts >= o.max_attempts THEN 'exhausted'
+                   ELSE 'send'
+               END AS fate
+        FROM notifier.email_outbox o
+        JOIN notifier.verifications v ON v.id = o.verification_id
+        WHERE o.id = ANY(locked)
+    ), claimed AS (
+        UPDATE notifier.email_outbox o SET
+            status = CASE f.fate WHEN 'send' THEN 'sending' WHEN 'verified' THEN 'sent'
+                                 WHEN 'exhausted' THEN 'failed' ELSE 'expired' END,
+            attempts = o.attempts + CASE WHEN f.fate = 'send' THEN 1 ELSE 0 END,
+            lease_owner = CASE WHEN f.fate = 'send' THEN owner END,
+            lease_token = CASE WHEN f.fate = 'send' THEN gen_random_uuid() END,
+            lease_until = CASE WHEN f.fate = 'send'
+                               THEN now() + make_interval(secs => lease_seconds) END,
+            claimed_at = CASE WHEN f.fate = 'send' THEN now() ELSE o.claimed_at END,
+            discovered_by = CASE WHEN f.previous_status = 'sending'
+                                 THEN 'expired_lease' ELSE discovery END,
+            last_outcome = CASE f.fate WHEN 'send' THEN o.last_outcome
+                                       WHEN 'exhausted' THEN 'lease_expired' ELSE f.fate END,
+            last_error = CASE WHEN f.fate = 'exhausted'
+                              THEN 'the last allowed attempt ended without a result (its worker stopped)'
+                              ELSE o.last_error END,
+            completed_at = CASE WHEN f.fate = 'send' THEN NULL ELSE now() END,
+            updated_at = now()
+        FROM fated f
+        WHERE o.id = f.id
+        RETURNING o.id, o.status, o.lease_token, o.attempts, o.max_attempts, o.message_id,
+                  o.verification_id, o.discovered_by::text, o.traceparent, o.tracestate,
+                  f.fate, f.previous_status, f.previous_owner, f.previous_token,
+                  f.previous_attempts, f.previous_discovery, f.user_id, f.email, f.purpose,
+                  f.token_key_id, f.token_nonce, f.expires_at, o.claimed_at,
+                  f.previous_claimed_at, f.locale, f.issued_at, f.method, f.code_digits,
+                  f.code_expires_at
+    ), vanished AS (
+        -- A lease that ran out means its worker died mid-attempt: that attempt ended here.
+        INSERT INTO notifier.delivery_attempts
+            (outbox_id, attempt, lease_owner, lease_token, discovered_by, outcome, detail,
+             claimed_at)
+        SELECT c.id, c.previous_attempts, c.previous_owner, c.previous_token,
+               c.previous_discovery, 'lease_expired',
+               'the lease ran out before its worker completed the attempt', c.previous_claimed_at
+        FROM claimed c
+        WHERE c.previous_status = 'sending'
+    )
+    SELECT c.id, c.status, c.lease_token, c.attempts, c.max_attempts, c.message_id,
+           c.verification_id, c.discovered_by, c.traceparent, c.tracestate, c.fate,
+           c.previous_status, c.user_id, c.email, c.purpose, c.token_key_id, c.token_nonce,
+           c.expires_at, c.claimed_at, c.locale, c.issued_at, c.method, c.code_digits,
+           c.code_expires_at
+    FROM claimed c
+    ORDER BY c.id;
+END;
+$$;
+
 -- verifications_changed_v1 (schema 0016) with one line more: verification.code_locked,
 -- when the wrong code that spent the last attempt locked it.
 CREATE OR REPLACE FUNCTION notifier.verifications_changed_v1() RETURNS trigger

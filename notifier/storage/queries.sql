@@ -200,12 +200,9 @@ SELECT NULL::bigint[] AS bigints, NULL::uuid[] AS uuids, NULL::boolean[] AS bool
 -- name: claim_by_ids
 -- $1: outbox ids (bigint[]), $2: lease owner, $3: lease (seconds), $4: discovered_by.
 -- Claims exactly the named rows that are claimable now and not locked by another claim
--- (claim_v3 locks them, SKIP LOCKED, and claims them; schema/0013), with what the email of
--- each needs of its code (schema 0017): its method, and the code's length and lifetime.
-SELECT c.*, v.method, v.code_digits, v.code_expires_at
-FROM notifier.claim_v3(
-    candidate_ids => $1::bigint[], owner => $2, lease_seconds => $3, discovery => $4) c
-JOIN notifier.verifications v ON v.id = c.verification_id;
+-- (claim_v4 locks them, SKIP LOCKED, and claims them; schema/0017).
+SELECT * FROM notifier.claim_v4(
+    candidate_ids => $1::bigint[], owner => $2, lease_seconds => $3, discovery => $4);
 
 -- name: claim_due
 -- $1: most rows to claim, $2: lease owner, $3: lease (seconds), $4: discovered_by for due
@@ -226,12 +223,10 @@ WITH expired AS MATERIALIZED (
     LIMIT greatest($1 - (SELECT count(*) FROM expired), 0)
     FOR UPDATE SKIP LOCKED
 )
-SELECT c.*, v.method, v.code_digits, v.code_expires_at
-FROM notifier.claim_v3(
+SELECT * FROM notifier.claim_v4(
     candidate_ids => ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due),
     owner => $2, lease_seconds => $3, discovery => $4
-) c
-JOIN notifier.verifications v ON v.id = c.verification_id;
+);
 
 -- name: take_send_tokens
 -- $1: tokens wanted, $2: NOTIFIER_SEND_RATE, $3: how fast the rate in force grows back

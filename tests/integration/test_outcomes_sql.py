@@ -1,5 +1,5 @@
 """The database takes two of the state machine's decisions inside the statements that change
-the row (claim_v3's fate, complete_v2's next status). Each SQL CASE says it mirrors a
+the row (claim_v4's fate, complete_v2's next status). Each SQL CASE says it mirrors a
 function of notifier.outcomes; these tests run both over every case and the schema's
 vocabulary against the Python one, so the two cannot drift apart."""
 
