@@ -289,6 +289,15 @@ class WorkerSettings(Group):
         unit="messages/s",
         default_text="unset: no limit",
     )
+    daily_quota: int | None = setting(
+        "NOTIFIER_DAILY_QUOTA",
+        parse.integer(1, 10**9),
+        None,
+        "Messages a UTC day across every worker (the provider's daily quota), counted in the "
+        "same database row as NOTIFIER_SEND_RATE; past it no worker claims until midnight UTC.",
+        unit="messages",
+        default_text="unset: no quota",
+    )
     throttle_base: float = setting(
         "NOTIFIER_THROTTLE_BASE",
         parse.seconds(0.001, 600),

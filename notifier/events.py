@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from notifier.outcomes import AttemptOutcome, DeliveryStatus, Discovery, Fate
@@ -135,6 +136,14 @@ class SendRateChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class SendPaused:
+    """The provider's daily quota is spent: no worker sends until `until` (UTC midnight);
+    None: the pause is over."""
+
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownTokenKey:
     """A link made with a secret this worker lacks (retried until it expires)."""
 
@@ -215,6 +224,7 @@ WorkerEvent = (
     | LeaseLost
     | ConfigurationProblem
     | SendRateChanged
+    | SendPaused
     | UnknownTokenKey
     | ListenerConnected
     | ListenerConnectFailed

@@ -65,6 +65,12 @@ class WorkerMetrics:
             description="The fleet's send rate in force (NOTIFIER_SEND_RATE, or less after the "
             "provider throttled), as this worker last read it",
         )
+        self.sending_paused = meter.create_gauge(
+            "notifier.sending_paused",
+            unit="1",
+            description="1 while the provider's daily quota is spent and every worker waits "
+            "for its window to roll over, else 0",
+        )
         self.attempts = meter.create_histogram(
             "notifier.delivery.attempts",
             unit="{attempt}",
@@ -158,6 +164,8 @@ class WorkerMetrics:
                     self.attempts.record(attempt)
             case events.Settled(fate=fate):
                 self.outcomes.add(1, {"outcome": "expired" if fate == "exhausted" else fate})
+            case events.SendPaused(until=until):
+                self.sending_paused.set(0 if until is None else 1)
             case events.SendRateChanged(rate=rate, configured=configured):
                 self.send_rate.set(rate, {"configured": configured})
             case events.WebhookAttempted(outcome=outcome, seconds=seconds):

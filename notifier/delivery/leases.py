@@ -109,6 +109,8 @@ class Completion:
     # A permanent refusal the recipient's mailbox caused: the address to suppress (folded,
     # notifier.addresses.folded); None suppresses nothing.
     suppress: str | None = None
+    # A throttle saying the provider's daily quota is spent: every worker pauses (not stored).
+    quota_spent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

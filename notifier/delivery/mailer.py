@@ -81,6 +81,8 @@ class SendResult:
     duration: float
     # For "permanent": whose problem it is (see Refusal).
     refusal: Refusal | None = None
+    # For "throttled": the provider's daily quota is spent, not only its rate.
+    quota_spent: bool = False
 
 
 class Transport(Protocol):
@@ -367,6 +369,7 @@ class SmtpTransport:
             reply=verdict.reply,
             body_sent=phase == "data",
             refusal=verdict.refusal,
+            quota_spent=verdict.quota_spent,
         )
 
     def _alert(self, problem: str, exc: Exception) -> None:
@@ -430,6 +433,7 @@ def _result(
     provider_message_id: str | None = None,
     body_sent: bool = False,
     refusal: Refusal | None = None,
+    quota_spent: bool = False,
 ) -> SendResult:
     return SendResult(
         outcome=outcome,
@@ -439,4 +443,5 @@ def _result(
         body_sent=body_sent,
         duration=time.perf_counter() - started,
         refusal=refusal,
+        quota_spent=quota_spent,
     )

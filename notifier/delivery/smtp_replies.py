@@ -88,6 +88,19 @@ def refusal_of(phase: Phase, reply: str) -> Refusal:
     return "message"
 
 
+# A provider's daily sending quota, spent: SES's 454 "Daily message quota exceeded", Google's
+# 550 5.4.5 "Daily sending quota exceeded". Ours, never the recipient's, even as a 5xx.
+_QUOTA_SPENT = re.compile(
+    r"daily (?:message |sending )?quota|sending quota exceeded", re.IGNORECASE
+)
+
+
+def quota_spent(code: int | None, text: str | None) -> bool:
+    """Whether a reply says the sending account's daily quota is spent: every worker then
+    pauses until the day rolls over, rather than spend retries against it."""
+    return code is not None and 400 <= code < 600 and _QUOTA_SPENT.search(text or "") is not None
+
+
 def throttles(code: int | None, text: str | None) -> bool:
     """Whether a reply asks us to slow down (a rate or a quota) rather than refuse this
     message: such a try hands its attempt back and is retried after a short wait."""
@@ -163,6 +176,8 @@ class Verdict:
     reply: str | None
     refusal: Refusal | None = None
     alert: str | None = None
+    # The provider's daily quota is spent (a throttled outcome): pause every worker.
+    quota_spent: bool = False
 
 
 def verdict_of(exc: Exception, phase: Phase) -> Verdict:
@@ -173,6 +188,8 @@ def verdict_of(exc: Exception, phase: Phase) -> Verdict:
         code = exc.code if isinstance(exc, SMTPResponseException) else None
         return Verdict("transient", code, f"{problem}: {exc}", alert=problem)
     code, text = reply_of(exc)
+    if quota_spent(code, text):
+        return Verdict("throttled", code, text, quota_spent=True)
     if throttles(code, text):
         return Verdict("throttled", code, text)
     if code is not None and phase != "connect" and 400 <= code < 500:

@@ -104,6 +104,7 @@ class Worker:
         observer: Observer | None = None,
     ) -> None:
         self.settings = settings
+        self.pool = pool
         self.transport = transport
         self.templates = templates
         self.keys = keys
@@ -116,8 +117,12 @@ class Worker:
         )
         self.backoff = Backoff.from_settings(settings)
         self.throttle = Throttle.from_settings(settings)
-        # NOTIFIER_SEND_RATE: the fleet's bucket, drawn on before each claim (None: no limit).
-        self.send_rate = None if settings.send_rate is None else SendRate(pool, settings.send_rate)
+        # NOTIFIER_SEND_RATE and NOTIFIER_DAILY_QUOTA: the fleet's bucket, drawn on before each
+        # claim (None: no limit, until the provider says its daily quota is spent).
+        self.send_rate: SendRate | None = None
+        if settings.send_rate is not None or settings.daily_quota is not None:
+            self.send_rate = SendRate(pool, settings.send_rate, settings.daily_quota)
+        self._paused_until: datetime | None = None
         self.intake = Intake()
         # database_url is where LISTEN goes (NOTIFIER_LISTEN_DATABASE_URL); its round trips'
         # NOTIFYs go through the pool, so they cross from one connection to the other.
@@ -302,11 +307,19 @@ class Worker:
     async def _tokens(self, wanted: int) -> int:
         """Tokens of the fleet's send rate for up to `wanted` sends; when none are left,
         waits for the next one (holding no lease) and answers 0, so the loop starts over."""
-        assert self.send_rate is not None
-        before = self.send_rate.in_force
-        grant = await self.send_rate.take(wanted)
-        if grant.rate != before:
-            self.observer.notice(events.SendRateChanged(grant.rate, self.send_rate.rate))
+        bucket = self.send_rate
+        assert bucket is not None
+        before = bucket.in_force
+        grant = await bucket.take(wanted)
+        if grant.rate != before and grant.rate is not None and bucket.rate is not None:
+            self.observer.notice(events.SendRateChanged(grant.rate, bucket.rate))
+        if grant.paused_until != self._paused_until:
+            self._paused_until = grant.paused_until
+            self.observer.notice(events.SendPaused(grant.paused_until))
+            if grant.paused_until is None:
+                log.info("the provider's daily quota window rolled over; sending again")
+                if not bucket.limits:
+                    self.send_rate = None  # kept only for the pause
         if grant.granted == 0:
             await anyio.sleep(grant.wait)
         return grant.granted
@@ -632,6 +645,7 @@ class Worker:
             body_sent=False if result is None else result.body_sent,
             smtp_seconds=None if result is None else result.duration,
             suppress=folded(row.email) if suppress else None,
+            quota_spent=result is not None and result.quota_spent,
         )
 
     def _retry_delay(self, outcome: AttemptOutcome, attempt: int) -> float:
@@ -671,15 +685,18 @@ class Worker:
             return
         if done.status == "pending":
             self.intake.offer_later(completion.id, completion.retry_delay)
-        if completion.outcome == "throttled" and self.send_rate is not None:
-            rate = await persisted(self.send_rate.throttled)
+        if completion.quota_spent:
+            await self._pause()
+        bucket = self.send_rate
+        if completion.outcome == "throttled" and bucket is not None and bucket.rate is not None:
+            rate = await persisted(bucket.throttled)
             if isinstance(rate, float):
                 log.warning(
                     "the mail provider throttled; the fleet's send rate is now %.1f/s of %g/s",
                     rate,
-                    self.send_rate.rate,
+                    bucket.rate,
                 )
-                self.observer.notice(events.SendRateChanged(rate, self.send_rate.rate))
+                self.observer.notice(events.SendRateChanged(rate, bucket.rate))
         self.observer.notice(
             events.Completed(
                 self.owner,
@@ -690,6 +707,25 @@ class Worker:
                 completion.smtp_seconds,
             )
         )
+
+    async def _pause(self) -> None:
+        """The provider's daily quota is spent: every worker stops claiming until the UTC day
+        rolls over (the rows wait unleased; their links' expiry still applies)."""
+        if self.send_rate is None:
+            self.send_rate = SendRate(self.pool, None)
+        until = await persisted(self.send_rate.pause)
+        if isinstance(until, Exception):
+            log.warning("could not record the provider's spent daily quota (%s)", until)
+            return
+        if until != self._paused_until:
+            self._paused_until = until
+            log.error(
+                "the mail provider's daily sending quota is spent: every worker pauses until "
+                "%s, when its window rolls over (raise the quota with the provider, or set "
+                "NOTIFIER_DAILY_QUOTA to spread the day's sends)",
+                until.isoformat(),
+            )
+            self.observer.notice(events.SendPaused(until))
 
     async def _release_unknown(self) -> None:
         """Hand back leases this worker holds without knowing it, before it exits.

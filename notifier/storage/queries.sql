@@ -229,10 +229,12 @@ SELECT * FROM notifier.claim_v4(
 );
 
 -- name: take_send_tokens
--- $1: tokens wanted, $2: NOTIFIER_SEND_RATE, $3: how fast the rate in force grows back
--- (messages a second, every second). The fleet's token bucket (schema 0019): granted, the
--- rate in force, and the seconds until the next token when fewer were granted.
-SELECT granted, rate, wait FROM notifier.take_send_tokens_v1($1, $2, $3);
+-- $1: tokens wanted, $2: NOTIFIER_SEND_RATE (NULL: none), $3: how fast the rate in force
+-- grows back (messages a second, every second), $4: NOTIFIER_DAILY_QUOTA (NULL: none). The
+-- fleet's token bucket (schema 0019): granted, the rate in force, the seconds until a token
+-- is worth asking for when fewer were granted, and the pause in force, if one is.
+SELECT granted, rate, wait, paused_until
+FROM notifier.take_send_tokens_v1($1::int, $2::float8, $3::float8, $4::int);
 
 -- name: return_send_tokens
 -- $1: tokens taken but not spent.
@@ -243,9 +245,14 @@ SELECT notifier.return_send_tokens_v1($1);
 -- once a second); NULL when another throttle halved it less than a second ago.
 SELECT notifier.send_rate_throttled_v1($1);
 
+-- name: send_paused
+-- No parameters. The provider's daily quota is spent: every worker pauses until the UTC day
+-- rolls over. When the pause ends.
+SELECT notifier.send_paused_v1();
+
 -- name: send_rate_in_force
 -- No parameters. The fleet's send rate as the console shows it (no row: none was set yet).
-SELECT rate, backed_off_at FROM notifier.send_rate;
+SELECT rate, backed_off_at, day, sent_today, paused_until FROM notifier.send_rate;
 
 -- name: check_sendable
 -- $1: outbox ids (bigint[]), $2: their lease tokens (uuid[]). The gate just before DATA:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from aiosmtplib import SMTPResponseException
 
-from notifier.delivery.smtp_replies import Phase, refusal_of, throttles
+from notifier.delivery.smtp_replies import Phase, refusal_of, throttles, verdict_of
 from notifier.outcomes import Refusal
 
 
@@ -67,3 +68,26 @@ def test_a_providers_rate_refusal_is_throttling(code: int, reply: str) -> None:
 )
 def test_any_other_reply_is_not_throttling(code: int | None, reply: str) -> None:
     assert not throttles(code, reply)
+
+
+@pytest.mark.parametrize(
+    ("code", "reply"),
+    [
+        (454, "Throttling failure: Daily message quota exceeded."),  # Amazon SES
+        (550, "5.4.5 Daily sending quota exceeded. Learn more at https://support.google.com"),
+        (421, "4.7.0 daily quota reached"),
+    ],
+)
+def test_a_spent_daily_quota_is_throttling_that_pauses_whatever_its_code(
+    code: int, reply: str
+) -> None:
+    verdict = verdict_of(SMTPResponseException(code, reply), "rcpt")
+    assert (verdict.outcome, verdict.quota_spent, verdict.refusal) == ("throttled", True, None)
+
+
+def test_a_rate_throttle_is_no_spent_quota() -> None:
+    verdict = verdict_of(
+        SMTPResponseException(454, "4.7.0 Throttling failure: Maximum sending rate exceeded."),
+        "rcpt",
+    )
+    assert (verdict.outcome, verdict.quota_spent) == ("throttled", False)

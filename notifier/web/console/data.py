@@ -10,11 +10,12 @@ results show the address redacted.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from notifier import addresses
@@ -67,6 +68,9 @@ class QueueSnapshot:
     # provider last throttled it.
     send_rate: float | None = None
     backed_off_at: datetime | None = None
+    # Sends counted today against NOTIFIER_DAILY_QUOTA, and a pause for a spent quota.
+    sent_today: int = 0
+    paused_until: datetime | None = None
 
     @property
     def sent(self) -> int:
@@ -100,7 +104,13 @@ async def queue_snapshot(conn: Runner) -> QueueSnapshot:
     rate = await conn.fetchrow(sql("send_rate_in_force"))
     if rate is not None:
         snapshot = dataclasses.replace(
-            snapshot, send_rate=rate["rate"], backed_off_at=rate["backed_off_at"]
+            snapshot,
+            send_rate=None if math.isinf(rate["rate"]) else rate["rate"],
+            backed_off_at=rate["backed_off_at"],
+            sent_today=rate["sent_today"] if rate["day"] == datetime.now(UTC).date() else 0,
+            paused_until=rate["paused_until"]
+            if rate["paused_until"] is not None and rate["paused_until"] > datetime.now(UTC)
+            else None,
         )
     groups = {"outcome": snapshot.outcomes, "discovered_by": snapshot.discovered_by}
     for row in await conn.fetch(sql("console_attempt_counts"), CHART_MINUTES * 60.0):

@@ -170,7 +170,17 @@ def _tiles(s: QueueSnapshot) -> list[_Tile]:
 
 
 def _send_rate_tile(s: QueueSnapshot) -> list[_Tile]:
-    """The fleet's send rate in force, once NOTIFIER_SEND_RATE has been used."""
+    """The fleet's send rate in force, once NOTIFIER_SEND_RATE has been used, and a pause for
+    the provider's spent daily quota while one holds."""
+    if s.paused_until is not None:
+        return [
+            _Tile(
+                "Sending paused",
+                f"until {s.paused_until:%H:%M} UTC",
+                "the provider's daily quota is spent; nothing is claimed until it rolls over",
+                " warn",
+            )
+        ]
     if s.send_rate is None:
         return []
     if s.backed_off_at is None:
