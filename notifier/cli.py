@@ -15,6 +15,7 @@ from notifier.config import (
     ApiSettings,
     CodeSettings,
     DatabaseSettings,
+    InboundSettings,
     LogSettings,
     MessageSettings,
     RequestSettings,
@@ -25,7 +26,7 @@ from notifier.config import (
     WebhookSettings,
     WorkerSettings,
 )
-from notifier.errors import NotifierError, UsageError
+from notifier.errors import ConfigError, NotifierError, UsageError
 from notifier.logs import configure_logging
 from notifier.settings_spec import describe_settings, environment
 from notifier.storage import migrations
@@ -75,6 +76,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
     config = WorkerConfig.from_env()  # invalid settings stop here, before any connection
     with database_url(config.database) as url:
         anyio.run(run_worker, url, config, backend="asyncio")
+    return 0
+
+
+def cmd_inbound(args: argparse.Namespace) -> int:
+    from notifier.config import InboundSettings
+    from notifier.runner import run_inbound
+
+    smtp, inbound = SmtpSettings.from_env(), InboundSettings.from_env()
+    if smtp.bounce_domain is None:
+        raise ConfigError(
+            "NOTIFIER_BOUNCE_DOMAIN", "is required: the domain whose mail `notifier inbound` takes"
+        )
+    with database_url(DatabaseSettings.from_env()) as url:
+        anyio.run(run_inbound, url, smtp, inbound, backend="asyncio")
     return 0
 
 
@@ -403,6 +418,7 @@ _READS: dict[str, tuple[type, ...]] = {
         WorkerSettings,
         MessageSettings,
     ),
+    "inbound": (DatabaseSettings, SmtpSettings, InboundSettings, TokenSettings, WorkerSettings),
     "stats": (DatabaseSettings, Thresholds),
     "cleanup": (DatabaseSettings, RetentionSettings, RequestSettings, CodeSettings),
     "suppressions": (DatabaseSettings, RequestSettings),
@@ -460,6 +476,18 @@ def _add_service_commands(commands: Any) -> None:
         "rest are handed back. A second signal exits at once.",
     )
     worker.set_defaults(handler=cmd_worker)
+
+    inbound = _command(
+        commands,
+        "inbound",
+        "take bounce and complaint reports for NOTIFIER_BOUNCE_DOMAIN",
+        "Listen for SMTP on NOTIFIER_INBOUND_HOST/PORT and take the reports mail systems send "
+        "back to deliveries' return paths (bounce+<id>.<MAC>@NOTIFIER_BOUNCE_DOMAIN): delivery "
+        "status notifications (RFC 3464) and feedback reports (ARF). A permanent bounce marks "
+        "its delivery bounced and suppresses the address when the recipient's mailbox caused "
+        "it; a complaint suppresses it until cleared. Mail to any other address is refused.",
+    )
+    inbound.set_defaults(handler=cmd_inbound)
 
     api = _command(
         commands,

@@ -161,6 +161,15 @@ class SmtpSettings(Group):
         "Right-hand side of the stable Message-IDs.",
         default_text="the domain of NOTIFIER_MAIL_FROM",
     )
+    bounce_domain: str | None = setting(
+        "NOTIFIER_BOUNCE_DOMAIN",
+        parse.text,
+        None,
+        "The domain of each delivery's own return path, bounce+<id>.<MAC>@<domain> (VERP), "
+        "whose mail `notifier inbound` takes: reports come back naming their delivery. Its "
+        "MX must reach notifier inbound.",
+        default_text="unset: the return path is NOTIFIER_MAIL_FROM",
+    )
 
     @property
     def id_domain(self) -> str:
@@ -535,6 +544,36 @@ class CodeSettings(Group):
 
 
 @dataclass(frozen=True, slots=True)
+class InboundSettings(Group):
+    """`notifier inbound`: the SMTP listener for NOTIFIER_BOUNCE_DOMAIN's reports."""
+
+    host: str = setting(
+        "NOTIFIER_INBOUND_HOST", parse.text, "127.0.0.1", "The address it listens on."
+    )
+    port: int = setting("NOTIFIER_INBOUND_PORT", parse.integer(1, 65535), 2525, "Its port.")
+    max_bytes: int = setting(
+        "NOTIFIER_INBOUND_MAX_BYTES",
+        parse.integer(1024, 10 * 1024 * 1024),
+        1024 * 1024,
+        "The largest report taken (a DSN with headers only is a few kilobytes).",
+        unit="bytes",
+    )
+    max_connections: int = setting(
+        "NOTIFIER_INBOUND_MAX_CONNECTIONS",
+        parse.integer(1, 10_000),
+        50,
+        "Connections open at once; more are told to come back (421).",
+    )
+    rate: float = setting(
+        "NOTIFIER_INBOUND_RATE",
+        parse.float_at_least(0.1),
+        100.0,
+        "Reports a second the listener takes; more are told to come back (451).",
+        unit="reports/s",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ApiSettings(Group):
     """Where the two HTTP listeners listen, and what one client can hold of them."""
 
@@ -771,6 +810,7 @@ GROUPS: tuple[type[Group], ...] = (
     WorkerSettings,
     SmtpSettings,
     MessageSettings,
+    InboundSettings,
     RetentionSettings,
     WebhookSettings,
     Thresholds,

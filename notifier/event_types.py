@@ -23,6 +23,8 @@ EventType = Literal[
     "verification.superseded",  # a newer verification replaced it (data: superseded_by)
     "verification.code_locked",  # wrong codes locked its code (data: code_failures)
     "email.suppressed",  # an address is refused for good for a while (data: redacted)
+    "email.bounced",  # the recipient's server refused it after the relay accepted it
+    "email.complained",  # the recipient reported it as spam (data: the address, redacted)
 ]
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
 
@@ -31,6 +33,7 @@ FailureReason = Literal[
     "rejected",  # the recipient's mail server refused it for good
     "outcome_unknown",  # sent into silence too often: not sent again, lest it be doubled
     "attempts_exhausted",  # every attempt failed for passing reasons
+    "bounced",  # accepted by the relay, then refused by the recipient's server
 ]
 
 _PREFIX = "evt_"

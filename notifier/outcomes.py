@@ -1,7 +1,7 @@
 """The delivery state machine: every word for where a delivery stands, and every decision
 that moves it, in one place.
 
-    pending --claim--> sending --sent--> sent
+    pending --claim--> sending --sent--> sent --a later report: a permanent bounce--> bounced
        ^                  |--transient / unknown, retry due before the link expires--> pending
        |                  |--throttled by the provider: its attempt handed back, a short
        |                  |  wait (the link's expiry still bounds it)--> pending
@@ -30,8 +30,8 @@ from typing import Literal, assert_never, get_args
 # -- the vocabulary -------------------------------------------------------------------------
 
 # An outbox row's status (schema: email_outbox.status).
-DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired"]
-TERMINAL: frozenset[DeliveryStatus] = frozenset({"sent", "failed", "expired"})
+DeliveryStatus = Literal["pending", "sending", "sent", "failed", "expired", "bounced"]
+TERMINAL: frozenset[DeliveryStatus] = frozenset({"sent", "failed", "expired", "bounced"})
 # How a claim found its row (schema domain notifier.discovery).
 Discovery = Literal["notify", "sweep", "retry_timer", "expired_lease", "poll"]
 # What a claim does with a row: hand it out for sending, or settle it on the spot.

@@ -21,6 +21,7 @@ from notifier.config import (
     ApiSettings,
     CodeSettings,
     DatabaseSettings,
+    InboundSettings,
     RequestSettings,
     RetentionSettings,
     SmtpSettings,
@@ -33,7 +34,7 @@ from notifier.delivery.messages import Templates
 from notifier.delivery.webhooks.engine import CHANNEL as WEBHOOK_CHANNEL
 from notifier.delivery.webhooks.engine import WebhookWorker
 from notifier.delivery.worker import Worker, default_owner
-from notifier.errors import MigrationError
+from notifier.errors import ConfigError, MigrationError
 from notifier.events import Events, Observer
 from notifier.metrics import QueueHealth, WorkerMetrics
 from notifier.storage import migrations
@@ -115,6 +116,7 @@ def build_worker(
         mail_from=config.smtp.mail_from,
         public_url=config.tokens.public_url,
         observer=observer,
+        bounce_domain=config.smtp.bounce_domain,
     )
 
 
@@ -344,3 +346,40 @@ async def stop_on_signals(stoppers: list[Callable[[], None]]) -> None:
             logging.shutdown()
             sys.stderr.flush()
             os._exit(1)
+
+
+async def run_inbound(url: str, smtp: SmtpSettings, inbound: InboundSettings) -> None:
+    """`notifier inbound`: take reports mailed to NOTIFIER_BOUNCE_DOMAIN's return paths and
+    apply them, until SIGTERM or SIGINT."""
+    from notifier.inbound.server import InboundListener, ReportIntake
+
+    if smtp.bounce_domain is None:
+        raise ConfigError(
+            "NOTIFIER_BOUNCE_DOMAIN", "is required: the domain whose mail `notifier inbound` takes"
+        )
+    keys = TokenKeys(TokenSettings.from_env().secrets)
+    suppression = WorkerSettings.from_env().suppression_ttl
+    pool = await create_pool(url)
+    listener = InboundListener(
+        ReportIntake(
+            pool, keys, smtp.bounce_domain, suppression_seconds=suppression, rate=inbound.rate
+        ),
+        max_bytes=inbound.max_bytes,
+        max_connections=inbound.max_connections,
+    )
+    try:
+        port = await listener.start(inbound.host, inbound.port)
+        log.info(
+            "notifier inbound: taking reports for %s on %s:%d",
+            smtp.bounce_domain,
+            inbound.host,
+            port,
+        )
+        done = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signals, [done.set])
+            await done.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await listener.stop()
+        await pool.close()

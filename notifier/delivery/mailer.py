@@ -260,9 +260,23 @@ class SmtpTransport:
                 keep = True
                 return _result("permanent", started, reply=NO_SMTPUTF8, refusal="message")
             encoding = "utf-8" if utf8 else "ascii"
-            await self._mail_from(client, message.sender, len(payload), utf8, reused)
+            dsn = message.envelope_id is not None and client.supports_extension("dsn")
+            await self._mail_from(
+                client,
+                message.return_path or message.sender,
+                len(payload),
+                utf8,
+                reused,
+                # Failure reports only, with the headers alone, naming the delivery.
+                ["RET=HDRS", f"ENVID={message.envelope_id}"] if dsn else [],
+            )
             phase = "rcpt"
-            await client.rcpt(message.recipient, encoding=encoding, timeout=s.command_timeout)
+            await client.rcpt(
+                message.recipient,
+                options=["NOTIFY=FAILURE"] if dsn else None,
+                encoding=encoding,
+                timeout=s.command_timeout,
+            )
             if not _may_send_body(gate):
                 # Nothing was sent: drop the envelope and keep the connection if RSET works.
                 # Whatever RSET meets, the outcome stays "aborted".
@@ -304,13 +318,13 @@ class SmtpTransport:
                     client.close()
 
     async def _mail_from(
-        self, client: SMTP, sender: str, size: int, utf8: bool, reused: bool
+        self, client: SMTP, sender: str, size: int, utf8: bool, reused: bool, dsn: list[str]
     ) -> None:
         """MAIL FROM; a pooled connection the server dropped meanwhile is _StaleConnection."""
         try:
             await client.mail(
                 sender,
-                options=_mail_options(client, size, utf8),
+                options=_mail_options(client, size, utf8) + dsn,
                 encoding="utf-8" if utf8 else "ascii",
                 timeout=self._settings.command_timeout,
             )

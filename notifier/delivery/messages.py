@@ -99,6 +99,10 @@ class OutgoingMessage:
     html: str
     date: datetime | None = None
     sender_name: str = ""
+    # The envelope sender, when it is not `sender` (a VERP return path), and the id a DSN
+    # names the message by (ENVID).
+    return_path: str | None = None
+    envelope_id: str | None = None
 
     def to_bytes(self) -> bytes:
         """The message as CRLF bytes, ready for DATA.

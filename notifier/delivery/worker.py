@@ -8,6 +8,7 @@ that renews leases of sends still in flight.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -22,7 +23,7 @@ from typing import TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from notifier import events
+from notifier import events, verp
 from notifier.addresses import envelope_recipient, folded, spellings
 from notifier.config import WorkerSettings
 from notifier.delivery.batching import Batcher
@@ -102,8 +103,11 @@ class Worker:
         public_url: str,
         owner: str | None = None,
         observer: Observer | None = None,
+        bounce_domain: str | None = None,
     ) -> None:
         self.settings = settings
+        # NOTIFIER_BOUNCE_DOMAIN: each delivery's own return path there (None: mail_from).
+        self.bounce_domain = bounce_domain
         self.pool = pool
         self.transport = transport
         self.templates = templates
@@ -549,6 +553,12 @@ class Worker:
             code=code,
             code_expires_at=row.code_expires_at,
         )
+        if self.bounce_domain is not None:
+            message = dataclasses.replace(
+                message,
+                return_path=verp.return_path(self.keys, row.id, self.bounce_domain),
+                envelope_id=str(row.id),
+            )
         gate = SendGate(flight, self.settings.lease_seconds, self._database_check)
         with (
             child_span("send smtp", dict(self.transport.span_attributes)) as send_span,

@@ -254,6 +254,27 @@ SELECT notifier.send_paused_v1();
 -- No parameters. The fleet's send rate as the console shows it (no row: none was set yet).
 SELECT rate, backed_off_at, day, sent_today, paused_until FROM notifier.send_rate;
 
+-- name: report_target
+-- $1: outbox id. The address a report about this delivery concerns (NULL: no such delivery).
+SELECT v.email FROM notifier.email_outbox o
+JOIN notifier.verifications v ON v.id = o.verification_id
+WHERE o.id = $1;
+
+-- name: apply_report
+-- $1: outbox id, $2: report id, $3: kind, $4: bounce type, $5: source, $6: enhanced status,
+-- $7: diagnostic, $8: the address as suppressions key it, $9: suppress it (a permanent
+-- bounce the recipient caused), $10: the suppression's lifetime (seconds). Keeps the report
+-- once and acts on it (schema 0020); what it did.
+SELECT notifier.apply_report_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- name: reports_of_verification
+-- $1: verification id. Its delivery's reports, oldest first (the console's timeline).
+SELECT r.kind, r.bounce_type, r.source, r.status, r.diagnostic, r.applied, r.received_at
+FROM notifier.delivery_reports r
+JOIN notifier.email_outbox o ON o.id = r.outbox_id
+WHERE o.verification_id = $1
+ORDER BY r.id;
+
 -- name: check_sendable
 -- $1: outbox ids (bigint[]), $2: their lease tokens (uuid[]). The gate just before DATA:
 -- is each lease still held (and unexpired), and is its verification still worth sending?
@@ -501,7 +522,8 @@ LIMIT $1;
 -- seconds ago and whose link has expired lose everything derived from the person: the
 -- address, mailbox and user id become their redacted form ("a***@example.com", "4***"),
 -- the idempotency key and the request's fingerprint are cleared, and so are the mail
--- servers' words about them (attempt details, the last error, the provider's reply, and
+-- servers' words about them (attempt details, reports' diagnostics, the last error, the
+-- provider's reply, and
 -- the reason of a suppression one of them caused, which keeps its code). The suppression
 -- itself stays until it expires: it is what keeps that address from being mailed. One
 -- bounded batch per call; returns how many were scrubbed. Their events' user ids are
@@ -540,6 +562,11 @@ WITH batch AS (
         provider_message_id = NULL
     FROM batch b
     WHERE a.outbox_id = b.outbox_id AND (a.detail IS NOT NULL OR a.provider_message_id IS NOT NULL)
+), reports AS (
+    UPDATE notifier.delivery_reports r
+    SET diagnostic = '[scrubbed]'
+    FROM batch b
+    WHERE r.outbox_id = b.outbox_id AND r.diagnostic IS NOT NULL
 ), reasons AS (
     UPDATE notifier.suppressed_addresses s
     SET reason = 'the recipient''s server refused the address for good ([scrubbed])'

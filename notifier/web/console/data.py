@@ -219,6 +219,8 @@ class Delivery:
     # The address's suppression in force, looked up for a resendable delivery only.
     suppression: Suppression | None
     timeline: Sequence[Attempt]
+    # What mail systems reported after the relay accepted it (bounces, complaints).
+    reports: Sequence[Any] = ()
     # How it is confirmed and, with a code, its wrong codes and lock (never the code).
     method: str = "link"
     code_failures: int = 0
@@ -260,6 +262,7 @@ async def delivery(conn: Runner, verification_id: uuid.UUID) -> Delivery | None:
         resendable=resendable,
         suppression=suppression,
         timeline=await attempts_of(conn, verification_id),
+        reports=await conn.fetch(sql("reports_of_verification"), verification_id),
         method=row["method"],
         code_failures=row["code_failures"],
         code_locked_at=row["code_locked_at"],

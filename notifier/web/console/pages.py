@@ -63,6 +63,8 @@ _TONE = {
     "sent": "ok",
     "verified": "ok",
     "failed": "bad",
+    "bounced": "bad",
+    "complained": "bad",
     "permanent": "bad",
     "transient": "warn",
     "unknown": "warn",
