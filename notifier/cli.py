@@ -408,6 +408,7 @@ _READS: dict[str, tuple[type, ...]] = {
         CodeSettings,
         SmtpSettings,
         WebhookSettings,
+        InboundSettings,
     ),
     "dev": (
         DatabaseSettings,

@@ -564,6 +564,24 @@ class InboundSettings(Group):
         50,
         "Connections open at once; more are told to come back (421).",
     )
+    ses_topics: tuple[str, ...] = setting(
+        "NOTIFIER_SES_TOPICS",
+        parse.topic_arns,
+        (),
+        "The SNS topics (ARNs, comma-separated) whose Amazon SES bounce and complaint "
+        "notifications POST /inbound/ses takes on the public listener; any other topic is "
+        "refused before its certificate is fetched.",
+        default_text="none: /inbound/ses refuses everything",
+    )
+    sns_certificate_urls: tuple[str, ...] = setting(
+        "NOTIFIER_SNS_CERTIFICATE_URLS",
+        parse.url_prefixes,
+        (),
+        "URL prefixes trusted to serve SNS signing certificates besides Amazon's own "
+        "(https://sns.<region>.amazonaws.com/...pem), comma-separated: for a test's loopback "
+        "server, never for production.",
+        default_text="none: only Amazon's SNS hosts",
+    )
     rate: float = setting(
         "NOTIFIER_INBOUND_RATE",
         parse.float_at_least(0.1),

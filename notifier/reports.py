@@ -23,7 +23,7 @@ from typing import Literal
 ReportKind = Literal["delivered", "deferred", "bounced", "complained"]
 BounceType = Literal["permanent", "transient", "undetermined"]
 # Where a report came from.
-ReportSource = Literal["dsn", "arf", "mail"]
+ReportSource = Literal["dsn", "arf", "mail", "ses"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,16 @@ async def serve(
     API key usage, retention). A second signal exits at once."""
     telemetry = Telemetry.configure(service_name, prometheus=http is not None)
     pool = await create_pool(url, statement_cache_size=statement_cache_size)
-    services = None if http is None else Services.over(pool, http.policy, http.webhooks)
+    services = None
+    if http is not None:
+        services = Services.over(
+            pool,
+            http.policy,
+            http.webhooks,
+            inbound=InboundSettings.from_env(),
+            bounce_domain=SmtpSettings.from_env().bounce_domain,
+            suppression_seconds=WorkerSettings.from_env().suppression_ttl,
+        )
     listeners = [] if http is None or services is None else _listeners(services, http)
     transport = None if worker is None else worker.transport or _transport(worker.config)
     running = None if worker is None or transport is None else _worker(pool, worker, transport)

@@ -6,6 +6,7 @@ declarations, as `parse.seconds(1, 3600)`, `parse.text`, ...
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
@@ -166,3 +167,24 @@ def schedule(raw: str) -> tuple[float, ...]:
     if not 1 <= len(waits) <= 50:
         raise ValueError("must list between 1 and 50 waits")
     return tuple(waits)
+
+
+_TOPIC_ARN = re.compile(
+    r"arn:aws(?:-cn|-us-gov)?:sns:[a-z0-9-]{1,30}:[0-9]{12}:[A-Za-z0-9_.-]{1,256}"
+)
+
+
+def topic_arns(raw: str) -> tuple[str, ...]:
+    """SNS topic ARNs, comma-separated."""
+    arns = tuple(a.strip() for a in raw.split(",") if a.strip())
+    if any(not _TOPIC_ARN.fullmatch(a) for a in arns):
+        raise ValueError("must be SNS topic ARNs like arn:aws:sns:eu-west-1:123456789012:ses")
+    return arns
+
+
+def url_prefixes(raw: str) -> tuple[str, ...]:
+    """http(s) URL prefixes, comma-separated."""
+    prefixes = tuple(p.strip() for p in raw.split(",") if p.strip())
+    for prefix in prefixes:
+        http_url(prefix)
+    return prefixes

@@ -30,7 +30,7 @@ CREATE TABLE notifier.delivery_reports (
     kind        text        NOT NULL
                             CHECK (kind IN ('delivered', 'deferred', 'bounced', 'complained')),
     bounce_type text        CHECK (bounce_type IN ('permanent', 'transient', 'undetermined')),
-    source      text        NOT NULL CHECK (source IN ('dsn', 'arf', 'mail')),
+    source      text        NOT NULL CHECK (source IN ('dsn', 'arf', 'mail', 'ses')),
     status      text        CHECK (status ~ '^[245]\.[0-9]{1,3}\.[0-9]{1,3}$'),
     -- The remote server's words, redacted, one line.
     diagnostic  text        CHECK (length(diagnostic) <= 300),

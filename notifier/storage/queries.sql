@@ -260,6 +260,10 @@ SELECT v.email FROM notifier.email_outbox o
 JOIN notifier.verifications v ON v.id = o.verification_id
 WHERE o.id = $1;
 
+-- name: outbox_by_message_id
+-- $1: a Message-ID header as sent ("<verify.UUID@domain>"). Its delivery, if any.
+SELECT id FROM notifier.email_outbox WHERE message_id = $1;
+
 -- name: apply_report
 -- $1: outbox id, $2: report id, $3: kind, $4: bounce type, $5: source, $6: enhanced status,
 -- $7: diagnostic, $8: the address as suppressions key it, $9: suppress it (a permanent

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notifier.config import WebhookSettings
+from notifier.config import InboundSettings, WebhookSettings, WorkerSettings
 from notifier.storage import migrations
 from notifier.storage.api_keys import KeyRing
 from notifier.storage.connection import Connection, Pool
@@ -28,6 +28,7 @@ from notifier.version import __version__
 from notifier.web.access import ScopedRoute, Sessions, access
 from notifier.web.api_models import ErrorOut, Health
 from notifier.web.responses import OrjsonResponse, error
+from notifier.web.ses import Certificates
 from notifier.web.spans import ServerSpans
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,35 @@ class Services:
     # Where webhook endpoints may be registered to (NOTIFIER_WEBHOOK_ALLOW_PRIVATE), and how
     # long a rotated-out secret still signs.
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    # Provider callbacks (POST /inbound/ses): the topics taken, the certificates trusted,
+    # the return paths' domain, and how long a bounce suppresses an address.
+    inbound: InboundSettings = field(default_factory=InboundSettings)
+    bounce_domain: str | None = None
+    suppression_seconds: float = field(default_factory=lambda: WorkerSettings().suppression_ttl)
+    certificates: Certificates = field(default_factory=Certificates)
 
     @classmethod
-    def over(cls, pool: Pool, policy: Policy, webhooks: WebhookSettings | None = None) -> Services:
+    def over(
+        cls,
+        pool: Pool,
+        policy: Policy,
+        webhooks: WebhookSettings | None = None,
+        *,
+        inbound: InboundSettings | None = None,
+        bounce_domain: str | None = None,
+        suppression_seconds: float | None = None,
+    ) -> Services:
         return cls(
-            pool, policy, KeyRing(pool), Sessions(policy.keys), webhooks or WebhookSettings()
+            pool,
+            policy,
+            KeyRing(pool),
+            Sessions(policy.keys),
+            webhooks or WebhookSettings(),
+            inbound or InboundSettings(),
+            bounce_domain,
+            WorkerSettings().suppression_ttl
+            if suppression_seconds is None
+            else suppression_seconds,
         )
 
 

@@ -10,16 +10,20 @@ continued), and nothing here reveals more than the token in hand does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Query, Response
+import httpcore
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from notifier.return_urls import InvalidReturn, signed_return
+from notifier.storage import reports as stored_reports
 from notifier.storage.outbox import confirm, request_standalone
+from notifier.storage.queries import sql
 from notifier.tokens import looks_like_token
 from notifier.verifications import Confirmation, RequestError, resend_key
-from notifier.web import pages
+from notifier.web import pages, ses
 from notifier.web.access import ScopedRoute, access
 from notifier.web.api_models import TOKEN_MAX_CHARS, ConfirmIn, ConfirmOut
 from notifier.web.listeners import (
@@ -35,7 +39,7 @@ from notifier.web.listeners import (
     probes,
     require_json,
 )
-from notifier.web.responses import OrjsonResponse, html
+from notifier.web.responses import OrjsonResponse, error, html
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +190,67 @@ async def confirm_json(body: ConfirmIn, svc: Svc) -> Any:
         message=CONFIRM_MESSAGES[outcome],
     )
     return OrjsonResponse(out.model_dump(mode="json"), status_code=CONFIRM_STATUS[outcome])
+
+
+@links.post(
+    "/inbound/ses",
+    responses={
+        200: {"description": "Taken (or confirmed, for a subscription)."},
+        **errors(403, 413, 503),
+    },
+    summary="Amazon SES bounces and complaints through SNS (each message signed by SNS)",
+    # No key: the message proves itself (topic, certificate host, signature), in that order,
+    # before anything is fetched or written.
+    **access("open"),
+)
+async def ses_notification(request: Request, svc: Svc) -> Response:
+    try:
+        message = ses.message_of(await request.body())
+        if message.get("TopicArn") not in svc.inbound.ses_topics:
+            raise ses.Refused("its topic is not among NOTIFIER_SES_TOPICS")
+        url = message.get("SigningCertURL", "")
+        if not ses.certificate_url_allowed(url, svc.inbound.sns_certificate_urls):
+            raise ses.Refused("its certificate is not on an SNS host")
+        if not ses.fresh(message):
+            raise ses.Refused("it is not from the last hour")
+        if not ses.signature_holds(message, await svc.certificates.get(url)):
+            raise ses.Refused("its signature does not hold")
+    except ses.Refused as exc:
+        log.warning("refused an SNS message on /inbound/ses: %s", exc)
+        return error(403, "refused", f"not a signed SNS message this service takes: {exc}")
+    except (httpcore.NetworkError, httpcore.TimeoutException, OSError) as exc:
+        log.warning("could not fetch an SNS signing certificate (%s)", exc)
+        return error(503, "unavailable", "the signing certificate could not be fetched")
+    if message["Type"] == "SubscriptionConfirmation":
+        return await _subscribe(svc, message)
+    if message["Type"] != "Notification":
+        return OrjsonResponse({"result": "ignored"})
+    event = ses.event_of(message)
+    outbox_id, message_id = ses.delivery_named(event, svc.policy.keys, svc.bounce_domain)
+    async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+        if outbox_id is None and message_id is not None:
+            outbox_id = await conn.fetchval(sql("outbox_by_message_id"), message_id)
+        if outbox_id is None:
+            return OrjsonResponse({"result": "unknown delivery"})
+        done = [
+            await stored_reports.apply(conn, report, svc.suppression_seconds)
+            for report in ses.reports_of(event, message["MessageId"], outbox_id)
+        ]
+    return OrjsonResponse({"result": done})
+
+
+async def _subscribe(svc: Services, message: Mapping[str, str]) -> Response:
+    """Confirms the subscription by GETting its SubscribeURL, held to the SNS hosts."""
+    url = message.get("SubscribeURL", "")
+    if not ses.subscribe_url_allowed(url, svc.inbound.sns_certificate_urls):
+        return error(403, "refused", "its SubscribeURL is not on an SNS host")
+    try:
+        await ses.fetch(url, 64 * 1024)
+    except (ses.Refused, httpcore.NetworkError, httpcore.TimeoutException, OSError) as exc:
+        log.warning("could not confirm the SNS subscription to %s (%s)", message["TopicArn"], exc)
+        return error(503, "unavailable", "the subscription could not be confirmed")
+    log.info("confirmed the SNS subscription to %s", message["TopicArn"])
+    return OrjsonResponse({"result": "subscribed"})
 
 
 async def _confirm(svc: Services, token: str, *, apply: bool) -> Confirmation:

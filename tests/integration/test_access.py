@@ -45,6 +45,8 @@ PUBLIC = {
     ("POST", "/verify"),
     ("POST", "/verify/resend"),
     ("POST", "/v1/verifications/confirm"),
+    # Proves itself with SNS's signature over a topic NOTIFIER_SES_TOPICS names.
+    ("POST", "/inbound/ses"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
 }
