@@ -418,6 +418,7 @@ _READS: dict[str, tuple[type, ...]] = {
         CodeSettings,
         WorkerSettings,
         MessageSettings,
+        InboundSettings,
     ),
     "inbound": (DatabaseSettings, SmtpSettings, InboundSettings, TokenSettings, WorkerSettings),
     "stats": (DatabaseSettings, Thresholds),

@@ -24,6 +24,7 @@ from notifier.config import (
     ApiSettings,
     CodeSettings,
     DatabaseSettings,
+    InboundSettings,
     RequestSettings,
     SmtpSettings,
     TokenSettings,
@@ -35,10 +36,12 @@ from notifier.delivery.messages import Templates
 from notifier.dev import web as inbox_web
 from notifier.dev.inbox import INBOX_DIRECTORY, Inbox
 from notifier.errors import ConfigError
+from notifier.inbound.server import InboundListener, ReportIntake
 from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
 from notifier.settings_spec import is_set
 from notifier.storage import api_keys, migrations
-from notifier.storage.database import connect
+from notifier.storage.database import connect, create_pool
+from notifier.tokens import TokenKeys
 from notifier.verifications import Policy
 from notifier.web.server import Listener
 
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 SECRET_FILE = "dev-token-secret"
 API_KEY_FILE = "dev-api-key"
 DEV_MAIL_FROM = "notifier@localhost"
+# Each delivery's own return path in dev, unless NOTIFIER_BOUNCE_DOMAIN says otherwise: a
+# report mailed to it reaches dev's inbound listener.
+DEV_BOUNCE_DOMAIN = "bounces.localhost"
 DEV_KEY_NAME = "notifier dev"
 
 
@@ -151,10 +157,27 @@ async def run_dev(
         print(
             f"notifier dev: API {internal} (key {key}) · links {tokens.public_url} · "
             f"inbox {internal}/dev/inbox · console {internal}/console · "
+            f"bounces smtp://127.0.0.1:{inbound_port} · "
             f"database {shown_database} · Ctrl-C to stop",
             flush=True,
         )
 
+    reports_pool = await create_pool(url, max_size=2)
+    inbound_settings = InboundSettings.from_env()
+    reports = InboundListener(
+        ReportIntake(
+            reports_pool,
+            TokenKeys(tokens.secrets),
+            smtp.bounce_domain or DEV_BOUNCE_DOMAIN,
+            suppression_seconds=worker.worker.suppression_ttl,
+            rate=inbound_settings.rate,
+        ),
+        max_bytes=inbound_settings.max_bytes,
+        max_connections=inbound_settings.max_connections,
+    )
+    inbound_port = await reports.start(
+        "127.0.0.1", inbound_settings.port if is_set(InboundSettings, "port") else 0
+    )
     try:
         await serve(
             url,
@@ -169,6 +192,8 @@ async def run_dev(
         log.info("notifier dev stopped")
     finally:
         with anyio.CancelScope(shield=True):
+            await reports.stop()
+            await reports_pool.close()
             await inbox.stop()
 
 
@@ -209,4 +234,5 @@ def _smtp(inbox_port: int) -> SmtpSettings:
         password=None,
         mail_from=DEV_MAIL_FROM,
         message_id_domain="notifier.localhost",
+        bounce_domain=SmtpSettings.from_env().bounce_domain or DEV_BOUNCE_DOMAIN,
     )
