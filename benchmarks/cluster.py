@@ -220,7 +220,8 @@ async def bench_database(server: Server) -> AsyncIterator[BenchDatabase]:
 TRUNCATE = """
 TRUNCATE notifier.delivery_attempts, notifier.suppressed_addresses, notifier.email_outbox,
          notifier.verifications, notifier.events, notifier.webhook_deliveries,
-         notifier.webhook_attempts
+         notifier.webhook_attempts, notifier.delivery_reports, notifier.request_counts,
+         notifier.send_rate
 """
 
 
