@@ -4,7 +4,6 @@ What each reply or failure means is decided in notifier.delivery.smtp_replies.""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import time
@@ -12,21 +11,23 @@ from dataclasses import dataclass
 from typing import Protocol, assert_never
 
 import anyio
-from aiosmtplib import (
-    SMTP,
-    SMTPException,
-    SMTPHeloError,
-    SMTPServerDisconnected,
-)
+from aiosmtplib import SMTP, SMTPHeloError, SMTPServerDisconnected
 
 from notifier.config import SmtpSettings, TransportKind
 from notifier.delivery.messages import OutgoingMessage
 from notifier.delivery.smtp_replies import (
-    Phase,
     describe,
     kept_text,
     leaves_connection_usable,
     verdict_of,
+)
+from notifier.delivery.smtp_session import (
+    Envelope,
+    Progress,
+    Session,
+    quit_session,
+    reset,
+    transact,
 )
 from notifier.outcomes import Refusal, SendOutcome
 from notifier.redact import redact_text
@@ -168,7 +169,7 @@ class SmtpTransport:
         self._slots = anyio.Semaphore(settings.pool_size)
         # Connected clients between transactions; the most recently used is reused first,
         # as it is the least likely to have been dropped for idling.
-        self._idle: list[SMTP] = []
+        self._idle: list[Session] = []
         self._local_hostname: str | None = None
         self._alerted_at: dict[str, float] = {}
         self._closed = False
@@ -190,7 +191,7 @@ class SmtpTransport:
         if self._closed:
             return _result("transient", started, reply="the SMTP transport is closed")
         try:
-            payload, utf8 = _serialize(message)
+            wire, utf8 = _serialize(message)
         except (ValueError, TypeError) as exc:
             # A value that cannot go into a message fails the same way on every attempt.
             return _result(
@@ -205,92 +206,78 @@ class SmtpTransport:
         async with self._slots:
             if not await _may_begin(gate):
                 return _result("aborted", started)
-            client = self._take_idle()
-            if client is not None:
+            session = self._take_idle()
+            if session is not None:
                 try:
-                    return await self._transact(client, message, payload, utf8, gate, started)
+                    return await self._transact(session, message, wire, utf8, gate, started)
                 except _StaleConnection:
                     # Not this message's fault: the server dropped the connection while it
                     # sat in the pool. One fresh connection gets the send instead.
                     pass
-            return await self._transact(None, message, payload, utf8, gate, started)
+            return await self._transact(None, message, wire, utf8, gate, started)
 
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
         timeout = min(QUIT_TIMEOUT_SECONDS, self._settings.command_timeout)
         try:
-            for client in idle:
+            for session in idle:
                 # A server that has gone already needs no goodbye.
-                with contextlib.suppress(SMTPException, OSError):
-                    await client.quit(timeout=timeout)
+                await quit_session(session, timeout)
         finally:
-            for client in idle:
-                client.close()
+            for session in idle:
+                session.close()
 
-    def _take_idle(self) -> SMTP | None:
+    def _take_idle(self) -> Session | None:
         while self._idle:
-            client = self._idle.pop()
-            if client.is_connected:
-                return client
+            session = self._idle.pop()
+            if session.is_connected:
+                return session
             # The server closed it while idle and we saw the EOF: nothing to retry.
-            client.close()
+            session.close()
         return None
 
     async def _transact(
         self,
-        client: SMTP | None,
+        session: Session | None,
         message: OutgoingMessage,
-        payload: bytes,
+        wire: bytes,
         utf8: bool,
         gate: Gate,
         started: float,
     ) -> SendResult:
-        """One SMTP transaction; raises _StaleConnection only for a reused `client`."""
+        """One SMTP transaction; raises _StaleConnection only for a reused `session`."""
         s = self._settings
-        reused = client is not None
-        phase: Phase = "connect"
+        reused = session is not None
+        progress = Progress(phase="connect")
         keep = False
         try:
-            if client is None:
-                client = self._new_client()
-                await self._connect(client)
-            phase = "mail"
-            if utf8 and not client.supports_extension("smtputf8"):
+            if session is None:
+                session = await self._connect()
+            progress.phase = "mail"
+            if utf8 and not session.supports("smtputf8"):
                 keep = True
                 return _result("permanent", started, reply=NO_SMTPUTF8, refusal="message")
-            encoding = "utf-8" if utf8 else "ascii"
-            dsn = message.envelope_id is not None and client.supports_extension("dsn")
-            await self._mail_from(
-                client,
-                message.return_path or message.sender,
-                len(payload),
-                utf8,
-                reused,
-                # Failure reports only, with the headers alone, naming the delivery.
-                ["RET=HDRS", f"ENVID={message.envelope_id}"] if dsn else [],
-            )
-            phase = "rcpt"
-            await client.rcpt(
-                message.recipient,
-                options=["NOTIFY=FAILURE"] if dsn else None,
-                encoding=encoding,
-                timeout=s.command_timeout,
-            )
-            if not _may_send_body(gate):
-                # Nothing was sent: drop the envelope and keep the connection if RSET works.
-                # Whatever RSET meets, the outcome stays "aborted".
-                keep = await self._reset(client)
+            envelope = _envelope(session, message, len(wire), utf8)
+            try:
+                response = await transact(
+                    session,
+                    envelope,
+                    wire,
+                    lambda: _may_send_body(gate),
+                    progress,
+                    command_timeout=s.command_timeout,
+                    data_timeout=s.data_timeout,
+                )
+            except SMTPServerDisconnected as exc:
+                if reused and progress.phase == "mail":
+                    # The MAIL reply never came on a pooled connection: dropped while idle.
+                    raise _StaleConnection from exc
+                raise
+            if response is None:
+                # Nothing was sent; the session was reset (or closed, if it could not be).
+                keep = session.is_connected
                 return _result("aborted", started)
-            if not client.is_connected:
-                # The server hung up while the gate decided: the body never left, so this
-                # is an ordinary transient failure, not an unknown outcome.
-                raise SMTPServerDisconnected("the connection was lost before DATA")
-            phase = "data"
-            # Shielded: once the body may be going out, a cancellation (shutdown) could only
-            # turn a delivery into an unknown outcome. The data timeout still bounds it.
-            with anyio.CancelScope(shield=True):
-                response = await client.data(payload, timeout=s.data_timeout)
             keep = True
             queued = kept_text(response.message)
             return _result(
@@ -304,33 +291,40 @@ class SmtpTransport:
         except _StaleConnection:
             raise
         except Exception as exc:
-            result = self._classify(exc, phase, started)
-            if client is not None and leaves_connection_usable(exc) and client.is_connected:
-                keep = await self._reset(client)
+            result = self._classify(exc, progress, started)
+            if session is not None and leaves_connection_usable(exc) and session.is_connected:
+                keep = await reset(session, s.command_timeout)
             return result
         finally:
             # Also reached on cancellation, with keep False: a connection interrupted at an
             # unknown point of the protocol must never serve another send.
-            if client is not None:
-                if keep and client.is_connected and not self._closed:
-                    self._idle.append(client)
+            if session is not None:
+                if keep and session.is_connected and not self._closed:
+                    self._idle.append(session)
                 else:
-                    client.close()
+                    session.close()
 
-    async def _mail_from(
-        self, client: SMTP, sender: str, size: int, utf8: bool, reused: bool, dsn: list[str]
-    ) -> None:
-        """MAIL FROM; a pooled connection the server dropped meanwhile is _StaleConnection."""
+    async def _connect(self) -> Session:
+        """A new connection, greeted (and secured and authenticated as configured), its
+        transactions handed to a Session."""
+        client = self._new_client()
         try:
-            await client.mail(
-                sender,
-                options=_mail_options(client, size, utf8) + dsn,
-                encoding="utf-8" if utf8 else "ascii",
-                timeout=self._settings.command_timeout,
-            )
-        except ConnectionError as exc:
-            if reused:
-                raise _StaleConnection from exc
+            if self._local_hostname is None:
+                # aiosmtplib would look this up (a possibly slow DNS query) for every new
+                # connection; it is the same for all of them.
+                self._local_hostname = await anyio.to_thread.run_sync(socket.getfqdn)
+                client.local_hostname = self._local_hostname
+            await client.connect()
+            if client.is_ehlo_or_helo_needed:
+                # Done here so that a failing greeting counts as connecting, not as the
+                # message.
+                try:
+                    await client.ehlo()
+                except SMTPHeloError:
+                    await client.helo()
+            return Session.take_over(client)
+        except BaseException:
+            client.close()
             raise
 
     def _new_client(self) -> SMTP:
@@ -350,30 +344,8 @@ class SmtpTransport:
             cert_bundle=str(s.ca_file) if s.ca_file is not None else None,
         )
 
-    async def _connect(self, client: SMTP) -> None:
-        if self._local_hostname is None:
-            # aiosmtplib would look this up (a possibly slow DNS query) for every new
-            # connection; it is the same for all of them.
-            self._local_hostname = await anyio.to_thread.run_sync(socket.getfqdn)
-            client.local_hostname = self._local_hostname
-        await client.connect()
-        if client.is_ehlo_or_helo_needed:
-            # Done here so that a failing greeting counts as connecting, not as the message.
-            try:
-                await client.ehlo()
-            except SMTPHeloError:
-                await client.helo()
-
-    async def _reset(self, client: SMTP) -> bool:
-        """RSET after a refusal; True if the connection is fit to be pooled again."""
-        try:
-            await client.rset(timeout=self._settings.command_timeout)
-        except (SMTPException, OSError):
-            return False
-        return True
-
-    def _classify(self, exc: Exception, phase: Phase, started: float) -> SendResult:
-        verdict = verdict_of(exc, phase)
+    def _classify(self, exc: Exception, progress: Progress, started: float) -> SendResult:
+        verdict = verdict_of(exc, progress.phase, body_sent=progress.body_sent)
         if verdict.alert is not None:
             self._alert(verdict.alert, exc)
         return _result(
@@ -381,7 +353,7 @@ class SmtpTransport:
             started,
             code=verdict.code,
             reply=verdict.reply,
-            body_sent=phase == "data",
+            body_sent=progress.body_sent,
             refusal=verdict.refusal,
             quota_spent=verdict.quota_spent,
         )
@@ -401,19 +373,35 @@ class SmtpTransport:
 
 
 def _serialize(message: OutgoingMessage) -> tuple[bytes, bool]:
-    """The message's bytes, and whether its addresses need SMTPUTF8."""
+    """The message in wire form, and whether its addresses need SMTPUTF8."""
     utf8 = not (message.sender.isascii() and message.recipient.isascii())
-    return message.to_bytes(), utf8
+    return message.to_wire(), utf8
 
 
-def _mail_options(client: SMTP, size: int, utf8: bool) -> list[str]:
+def _envelope(session: Session, message: OutgoingMessage, size: int, utf8: bool) -> Envelope:
+    """The transaction's MAIL and RCPT lines, with the options this server understands."""
+    dsn = message.envelope_id is not None and session.supports("dsn")
+    mail_options = _mail_options(session, size, utf8)
+    if dsn:
+        # Failure reports only, with the headers alone, naming the delivery.
+        mail_options += ["RET=HDRS", f"ENVID={message.envelope_id}"]
+    return Envelope.build(
+        message.return_path or message.sender,
+        message.recipient,
+        mail_options=mail_options,
+        rcpt_options=["NOTIFY=FAILURE"] if dsn else [],
+        utf8=utf8,
+    )
+
+
+def _mail_options(session: Session, size: int, utf8: bool) -> list[str]:
     options = []
-    if client.supports_extension("size"):
+    if session.supports("size"):
         # Lets a server refuse an oversized message before we send it.
         options.append(f"SIZE={size}")
     if utf8:
         options.append("SMTPUTF8")
-        if client.supports_extension("8bitmime"):
+        if session.supports("8bitmime"):
             options.append("BODY=8BITMIME")
     return options
 

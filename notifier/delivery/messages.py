@@ -141,6 +141,17 @@ class OutgoingMessage:
         parts.append(f"--{boundary}--\r\n".encode("ascii"))
         return b"".join(parts)
 
+    def to_wire(self) -> bytes:
+        """The message as DATA sends it (RFC 5321 4.5.2): to_bytes with every line that
+        starts with a dot given a second one, ended by the lone dot, so nothing on the way
+        out normalises or scans the body again."""
+        payload = self.to_bytes()
+        if not payload.endswith(b"\r\n"):
+            payload += b"\r\n"
+        # Every line end here is CRLF (both paths write them), and no message starts with
+        # a dot (it starts with a header).
+        return payload.replace(b"\r\n.", b"\r\n..") + b".\r\n"
+
     def to_email(self) -> EmailMessage:
         """A multipart/alternative (text, then HTML) message whose lines end in CRLF."""
         message = EmailMessage(policy=email.policy.SMTP)

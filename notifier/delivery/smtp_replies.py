@@ -180,8 +180,9 @@ class Verdict:
     quota_spent: bool = False
 
 
-def verdict_of(exc: Exception, phase: Phase) -> Verdict:
-    """The meaning of `exc`, raised at `phase` of a transaction."""
+def verdict_of(exc: Exception, phase: Phase, *, body_sent: bool) -> Verdict:
+    """The meaning of `exc`, raised at `phase` of a transaction, once any of the body may
+    have left (`body_sent`) or before."""
     problem = configuration_problem(exc, phase)
     if problem is not None:
         # Fixing the settings makes the same message go out: transient, and loud.
@@ -205,7 +206,8 @@ def verdict_of(exc: Exception, phase: Phase) -> Verdict:
     if not isinstance(exc, (SMTPException, OSError)):
         log.error("unexpected error while sending (%s)", phase, exc_info=exc)
     # What is left is the connection failing us: a refused or lost connection, a timeout, a
-    # reply that does not parse. Before the body that is simply worth another try; once the
-    # body may have reached the server, nobody knows whether it was kept.
-    outcome: SendOutcome = "unknown" if phase == "data" else "transient"
+    # reply that does not parse. Before the body that is simply worth another try (a 354
+    # that never came included); once the body may have reached the server, nobody knows
+    # whether it was kept.
+    outcome: SendOutcome = "unknown" if body_sent else "transient"
     return Verdict(outcome, code, text or describe(exc))

@@ -171,6 +171,7 @@ class SmtpServer:
         tls: TlsMode = "none",
         certificate: Any = None,
         smtputf8: bool = True,
+        pipelining: bool = True,
     ) -> None:
         if port is not None and listeners != 1:
             raise ValueError("a port can be given for a single listener only")
@@ -204,6 +205,9 @@ class SmtpServer:
         self.certificate = certificate
         # Whether EHLO offers SMTPUTF8 (a relay that does not is common).
         self.smtputf8 = smtputf8
+        # Whether EHLO offers PIPELINING (RFC 2920), as Postfix, Exim and SES do; aiosmtpd
+        # reads pipelined commands in order either way.
+        self.pipelining = pipelining
 
     # Lifecycle
 
@@ -434,6 +438,8 @@ class _Handler:
     ) -> list[str]:
         session.host_name = hostname
         self._server._greet(session)
+        if self._server.pipelining:
+            responses.insert(len(responses) - 1, "250-PIPELINING")
         return responses
 
     async def handle_HELO(

@@ -81,7 +81,7 @@ def test_any_other_reply_is_not_throttling(code: int | None, reply: str) -> None
 def test_a_spent_daily_quota_is_throttling_that_pauses_whatever_its_code(
     code: int, reply: str
 ) -> None:
-    verdict = verdict_of(SMTPResponseException(code, reply), "rcpt")
+    verdict = verdict_of(SMTPResponseException(code, reply), "rcpt", body_sent=False)
     assert (verdict.outcome, verdict.quota_spent, verdict.refusal) == ("throttled", True, None)
 
 
@@ -89,5 +89,6 @@ def test_a_rate_throttle_is_no_spent_quota() -> None:
     verdict = verdict_of(
         SMTPResponseException(454, "4.7.0 Throttling failure: Maximum sending rate exceeded."),
         "rcpt",
+        body_sent=False,
     )
     assert (verdict.outcome, verdict.quota_spent) == ("throttled", False)
