@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from notifier import events, runner
 from notifier.config import DatabaseSettings
 from notifier.delivery.mailer import Transport
+from notifier.event_loop import run_service
 from notifier.events import WorkerEvent
 from notifier.logs import configure_logging
 from notifier.storage.database import database_url
@@ -173,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     time_sends(recorder)
     config = runner.WorkerConfig.from_env()
     with database_url(DatabaseSettings.from_env()) as url:
-        anyio.run(runner.run_worker, url, config, recorder, backend="asyncio")
+        # The loop `notifier worker` runs on.
+        run_service(runner.run_worker, url, config, recorder)
     recorder.write(args.record_dir / f"{RECORD_PREFIX}{os.getpid()}.txt")
 
 

@@ -27,6 +27,7 @@ from notifier.config import (
     WorkerSettings,
 )
 from notifier.errors import ConfigError, NotifierError, UsageError
+from notifier.event_loop import run_service
 from notifier.logs import configure_logging
 from notifier.settings_spec import describe_settings, environment
 from notifier.storage import migrations
@@ -75,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     config = WorkerConfig.from_env()  # invalid settings stop here, before any connection
     with database_url(config.database) as url:
-        anyio.run(run_worker, url, config, backend="asyncio")
+        run_service(run_worker, url, config)
     return 0
 
 
@@ -89,7 +90,7 @@ def cmd_inbound(args: argparse.Namespace) -> int:
             "NOTIFIER_BOUNCE_DOMAIN", "is required: the domain whose mail `notifier inbound` takes"
         )
     with database_url(DatabaseSettings.from_env()) as url:
-        anyio.run(run_inbound, url, smtp, inbound, backend="asyncio")
+        run_service(run_inbound, url, smtp, inbound)
     return 0
 
 
@@ -101,7 +102,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     policy, settings = Policy.from_env(), ApiSettings.from_env()
     database, webhooks = DatabaseSettings.from_env(), WebhookSettings.from_env()
     with database_url(database) as url:
-        anyio.run(run_api, url, policy, settings, database, webhooks, backend="asyncio")
+        run_service(run_api, url, policy, settings, database, webhooks)
     return 0
 
 
@@ -119,7 +120,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         # URL may hold one, so only where it points is shown.
         shown = f"NOTIFIER_DATABASE_URL ({describe(url)})" if settings.url else url
         run = functools.partial(run_dev, url, shown, api, sockets, allow_remote=args.allow_remote)
-        anyio.run(run, backend="asyncio")
+        run_service(run)
     return 0
 
 

@@ -25,6 +25,14 @@ from tests.support.smtp_server import Fault, HoldAtRcpt, SlowData, SmtpServer
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(
+    params=[pytest.param({}, id="asyncio"), pytest.param({"use_uvloop": True}, id="uvloop")]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    # Both loops a command may run on (notifier.event_loop): transports and TLS differ.
+    return ("asyncio", request.param)
+
+
 def message(recipient: str = "bob@example.com", n: int = 1) -> OutgoingMessage:
     return OutgoingMessage(
         message_id=f"<verify.00000000-0000-4000-8000-{n:012d}@example.com>",

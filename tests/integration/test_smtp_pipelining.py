@@ -18,6 +18,14 @@ from tests.support.scripted_smtp import ScriptedSmtp
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(
+    params=[pytest.param({}, id="asyncio"), pytest.param({"use_uvloop": True}, id="uvloop")]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    # Both loops a command may run on (notifier.event_loop): transports and TLS differ.
+    return ("asyncio", request.param)
+
+
 def message(text: str = "Open https://app.example.com/verify?token=t\n") -> OutgoingMessage:
     return OutgoingMessage(
         message_id="<verify.00000000-0000-4000-8000-000000000001@example.com>",
