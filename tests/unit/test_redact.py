@@ -156,3 +156,19 @@ def test_known_spellings_are_replaced_whatever_their_case() -> None:
     assert redact_spellings(text, spellings("e}ada{x@corp.example")) == (
         "550 5.1.1 <E***@corp.example> e*** is unknown"
     )
+
+
+def test_a_reply_naming_no_spelling_is_returned_as_it_is() -> None:
+    from notifier.addresses import spellings
+
+    text = "250 2.0.0 Ok: queued as 4Bx9"
+    assert redact_spellings(text, spellings("ada.lovelace@corp.example")) is text
+
+
+def test_a_spelling_in_a_reply_with_non_ascii_text_is_still_replaced_whatever_its_case() -> None:
+    from notifier.addresses import spellings
+
+    text = "550 5.1.1 ADA.LOVELACE unbekannt: Empfänger abgelehnt"
+    assert redact_spellings(text, spellings("ada.lovelace@corp.example")) == (
+        "550 5.1.1 A*** unbekannt: Empfänger abgelehnt"
+    )
