@@ -243,13 +243,43 @@ def single_line(text: str) -> str:
     return "".join(c for c in collapsed if c.isprintable())
 
 
+class Filled(Template):
+    """A template split once, when loaded, into its literal text and its placeholders, so
+    filling it is one join: safe_substitute matches the whole template with a regular
+    expression and calls back into Python for every placeholder, on every message."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(template)
+        # (name, text): a placeholder's name and how it is written, or None and literal text.
+        parts: list[tuple[str | None, str]] = []
+        end = 0
+        for match in self.pattern.finditer(template):
+            parts.append((None, template[end : match.start()]))
+            name = match["named"] or match["braced"]
+            if name is not None:
+                parts.append((name, match[0]))
+            elif match["escaped"] is not None:
+                parts.append((None, self.delimiter))
+            else:  # an invalid `$` (refused at load; kept as text, as safe_substitute does)
+                parts.append((None, match[0]))
+            end = match.end()
+        parts.append((None, template[end:]))
+        self._parts = tuple((name, text) for name, text in parts if text)
+
+    def fill(self, values: Mapping[str, str]) -> str:
+        """What safe_substitute(values) gives: a placeholder without a value stays as written."""
+        return "".join(
+            [text if name is None else values.get(name, text) for name, text in self._parts]
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class MethodTemplates:
     """One method's templates in one language: subject, text body and HTML body."""
 
-    subject: Template
-    text: Template
-    html: Template
+    subject: Filled
+    text: Filled
+    html: Filled
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,9 +416,9 @@ class Templates:
             message_id=message_id,
             sender=sender,
             recipient=recipient,
-            subject=single_line(templates.subject.safe_substitute(values)),
-            text=templates.text.safe_substitute(values),
-            html=templates.html.safe_substitute(escaped),
+            subject=single_line(templates.subject.fill(values)),
+            text=templates.text.fill(values),
+            html=templates.html.fill(escaped),
             date=now,
             sender_name=self.sender_name,
         )
@@ -407,7 +437,7 @@ def _shipped() -> dict[str, dict[str, _Source]]:
     }
 
 
-def _load_one(source: _Source) -> Template:
+def _load_one(source: _Source) -> Filled:
     if not isinstance(source, Path):
         # A broken shipped template is a packaging bug, not a deployment's mistake.
         return _parse(source.read_text(encoding="utf-8"), str(source))
@@ -463,8 +493,8 @@ def _list_overrides(directory: Path) -> dict[str, dict[str, _Source]]:
     return found
 
 
-def _parse(source: str, where: str) -> Template:
-    template = Template(source)
+def _parse(source: str, where: str) -> Filled:
+    template = Filled(source)
     if not template.is_valid():
         raise ValueError(
             f"{where}: a `$` that starts no placeholder (write `$$` for a literal dollar sign)"

@@ -526,3 +526,24 @@ def test_the_german_code_email_is_german() -> None:
     message = compose(Templates.load(None), method="code", code="123456", locale="de")
     assert message.subject.startswith("Ihr Bestätigungscode")
     assert "geben Sie diesen Code" in message.text
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["Hi $name, ${name}s cost $$5; $missing stays", "", "$name$name", "a $$ b $", "${missing}"],
+)
+def test_a_filled_template_reads_exactly_as_safe_substitute_would(source: str) -> None:
+    from string import Template
+
+    from notifier.delivery.messages import Filled
+
+    values = {"name": "Ada"}
+    assert Filled(source).fill(values) == Template(source).safe_substitute(values)
+
+
+def test_every_shipped_template_fills_as_safe_substitute_would() -> None:
+    values = {name: f"<{name}>" for name in VARIABLES}
+    for template_set in Templates.load(None).sets.values():
+        for method in template_set.methods.values():
+            for part in (method.subject, method.text, method.html):
+                assert part.fill(values) == part.safe_substitute(values)
