@@ -206,7 +206,7 @@ def _transfer_encoded(text: str) -> tuple[str, bytes]:
         lines.pop()  # the text's own last line end, not an empty line after it
     plain = normalised.isascii() and "\0" not in normalised
     if plain and max(map(len, lines), default=0) <= MAX_LINE_OCTETS:
-        return "7bit", "".join([line + "\r\n" for line in lines]).encode("ascii")
+        return "7bit", "".join(["\r\n".join(lines), "\r\n" if lines else ""]).encode("ascii")
     return "quoted-printable", _quoted_printable(text)
 
 
@@ -240,6 +240,8 @@ def single_line(text: str) -> str:
     """Text fit for a header: every run of whitespace (CR, LF, and the Unicode line
     separators included) becomes one space, and other control characters are dropped."""
     collapsed = " ".join(text.split())
+    if collapsed.isprintable():
+        return collapsed
     return "".join(c for c in collapsed if c.isprintable())
 
 
