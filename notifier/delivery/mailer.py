@@ -166,7 +166,8 @@ class SmtpTransport:
         # Each permit is one connection's worth of sending: a send holds one from before it
         # takes (or opens) a connection until that connection is pooled or closed again, so
         # there are never more connections than permits.
-        self._slots = anyio.Semaphore(settings.pool_size)
+        # fast_acquire: a free connection is taken without a trip around the event loop.
+        self._slots = anyio.Semaphore(settings.pool_size, fast_acquire=True)
         # Connected clients between transactions; the most recently used is reused first,
         # as it is the least likely to have been dropped for idling.
         self._idle: list[Session] = []

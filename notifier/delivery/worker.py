@@ -203,7 +203,9 @@ class Worker:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Deliver until stopped; `task_status.started()` once listening (or polling)."""
-        self._slots = anyio.Semaphore(self.settings.concurrency)
+        # fast_acquire: a free slot is taken without a trip around the event loop; every
+        # holder awaits I/O soon after, so none can starve the others.
+        self._slots = anyio.Semaphore(self.settings.concurrency, fast_acquire=True)
         async with anyio.create_task_group() as services:
             services.start_soon(self._gate.run)
             services.start_soon(self._completer.run)
@@ -274,13 +276,14 @@ class Worker:
                 self._give_slots(free)
                 return
             try:
-                granted = free if self.send_rate is None else await self._tokens(free)
+                wanted = free + self._beyond_slots(free)
+                granted = wanted if self.send_rate is None else await self._tokens(wanted)
                 if granted < free:
                     self._give_slots(free - granted)
                     free = granted
-                if not free:
+                if not granted:
                     continue
-                rows = await self._claim(free)
+                rows = await self._claim(granted)
             except Exception as exc:
                 self._give_slots(free)
                 log.warning("claim failed (%s); sweeping once the database answers", exc)
@@ -292,7 +295,7 @@ class Worker:
                 # A token buys one message sent: rows another worker claimed first, or
                 # settled without sending, hand theirs back.
                 spent = sum(row.fate == "send" for row, _ in rows)
-                await persisted(functools.partial(self.send_rate.give_back, free - spent))
+                await persisted(functools.partial(self.send_rate.give_back, granted - spent))
             to_send, crowded = self._sorted(rows)
             if self._stopping:
                 # Answered after shutdown began: what the claim leased goes back unsent.
@@ -304,7 +307,7 @@ class Worker:
                 held = [Held(r.id, r.lease_token) for r, _, _ in to_send if r.lease_token]
                 await self._release_held(held + [h for h, _ in crowded])
                 to_send, crowded = [], []
-            self._give_slots(free - self._launch(to_send))
+            self._give_slots(free - self._launch(to_send, free))
             if crowded:
                 await self._defer(crowded)
 
@@ -348,6 +351,15 @@ class Worker:
             free += 1
         return free
 
+    def _beyond_slots(self, free: int) -> int:
+        """Rows to claim beyond the free send slots, to wait here for one: as many as may be
+        sending, within what this worker may hold and one claim may take. A backlog then
+        goes in claims of a batch, not of the one slot a finished send just freed (each
+        claim costs a round trip and its statement, whatever its size); rows waiting here
+        take their slots in order, before the next claim does."""
+        room = self._held_limit - len(self._flights) - free
+        return max(0, min(self.settings.concurrency, room, self.settings.batch_size - free))
+
     def _give_slots(self, count: int) -> None:
         assert self._slots is not None
         for _ in range(count):
@@ -380,13 +392,19 @@ class Worker:
             crowded += [(h, delay) for h in held]
         return to_send, crowded
 
-    def _launch(self, to_send: list[tuple[Claimed, _Claim, Ticket | None]]) -> int:
-        """Start a send task for each row; how many of them took a slot."""
+    def _launch(self, to_send: list[tuple[Claimed, _Claim, Ticket | None]], slots: int) -> int:
+        """Start a send task for each row, the first placed ones with the `slots` taken for
+        the claim (the rest wait for one); how many of those slots they took."""
         assert self._sends is not None
+        taken = 0
         for row, claim, ticket in to_send:
+            holds_slot = ticket is None and taken < slots
+            taken += holds_slot
             # Named: anyio would otherwise derive a name from the function each time.
-            self._sends.start_soon(self._deliver, row, claim, ticket, name=SEND_TASK_NAME)
-        return sum(ticket is None for _, _, ticket in to_send)
+            self._sends.start_soon(
+                self._deliver, row, claim, ticket, holds_slot, name=SEND_TASK_NAME
+            )
+        return taken
 
     async def _claim(self, limit: int) -> list[tuple[Claimed, _Claim]]:
         """Claim up to `limit` rows: notified (or timer-offered) ids first, else a sweep."""
@@ -464,15 +482,17 @@ class Worker:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def _deliver(self, row: Claimed, claim: _Claim, ticket: Ticket | None) -> None:
-        """Send `row`: with its domain's place and a send slot already taken (no ticket),
-        or after waiting with `ticket` for a place of its domain and then for a slot."""
+    async def _deliver(
+        self, row: Claimed, claim: _Claim, ticket: Ticket | None, holds_slot: bool
+    ) -> None:
+        """Send `row`: with its domain's place taken (no ticket) or after waiting with
+        `ticket` for one, and with a send slot taken for it or after waiting for one."""
         assert row.lease_token is not None and self._slots is not None
         link_left = (row.expires_at - (row.claimed_at or row.expires_at)).total_seconds()
         flight = Flight(row, row.lease_token, claim.sent_at, link_left, claim.sent_at)
         self._flights[row.id] = flight
         domain = _domain_of(row)
-        placed = holds_slot = ticket is None
+        placed = ticket is None
         smtp_seconds: float | None = None
         with process_span(row, claim.trace, self.owner, self._traced) as span:
             try:
@@ -485,6 +505,8 @@ class Worker:
                         await self._defer([(Held(row.id, flight.token), delay)])
                         return
                     placed = True
+                if not holds_slot:
+                    # The lease keeper renews this lease meanwhile (it is in _flights).
                     await self._slots.acquire()
                     holds_slot = True
                 completion = await self._attempt(flight)

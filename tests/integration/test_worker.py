@@ -765,3 +765,26 @@ async def test_no_row_waiting_for_its_domain_is_stranded_when_its_sends_end_firs
         with anyio.fail_after(WAIT):
             await completed(worker, total)
     assert await statuses(db) == Counter(sent=total)
+
+
+async def test_a_backlog_is_claimed_beyond_the_free_slots_and_waits_here_for_them(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    # Two slots: the first claim takes the two rows it can send and as many again, which
+    # wait here for a slot (a claim per batch, not per freed slot); the rest stay queued.
+    addresses = [f"queued{n}@d{n}.example.com" for n in range(6)]
+    for address in addresses:
+        smtp_server.plan(address, SlowData(0.5))
+    async with db.transaction():
+        for n, address in enumerate(addresses):
+            await enqueue(db, keys, address, user_id=f"u{n}")
+    settings = smtp_server.settings(pool_size=2)
+    peak = 0
+    async with running_worker(database_url, keys, settings, concurrency=2) as worker:
+        with anyio.fail_after(WAIT):
+            while len(smtp_server.kept) < len(addresses):
+                peak = max(peak, worker.in_flight)
+                await anyio.sleep(0.01)
+    assert peak == 4
+    assert smtp_server.peak_open_connections <= 2
+    assert await statuses(db) == Counter(sent=6)
