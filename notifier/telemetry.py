@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,17 +249,25 @@ def record_claim_batch(
     return ClaimTrace(span.get_span_context(), started_ns, ended_ns)
 
 
-@contextmanager
-def process_span(row: Any, claim: ClaimTrace, owner: str, traced: bool) -> Iterator[Any]:
+# What a span context manager is when nothing is recorded: reusable, and no generator is
+# made, entered and closed for it on every delivery.
+NO_SPAN: AbstractContextManager[None] = nullcontext()
+
+
+def process_span(
+    row: Any, claim: ClaimTrace, owner: str, traced: bool
+) -> AbstractContextManager[Any]:
     """One attempt at one row, continuing the trace of the request that created it.
 
     A CONSUMER span whose parent is the row's creation context (so every attempt of a
     verification sits in the verification's trace), linked to the batch claim span, with the
     row's claim as its first child.
     """
-    if not traced:
-        yield None
-        return
+    return _process_span(row, claim, owner) if traced else NO_SPAN
+
+
+@contextmanager
+def _process_span(row: Any, claim: ClaimTrace, owner: str) -> Iterator[Any]:
     attributes = {
         "messaging.system": MESSAGING_SYSTEM,
         "messaging.operation.name": "process",
@@ -297,12 +305,9 @@ def process_span(row: Any, claim: ClaimTrace, owner: str, traced: bool) -> Itera
         yield span
 
 
-@contextmanager
-def child_span(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+def child_span(name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
     """A CLIENT span under the current one (send, settle); nothing under a span that is not
     being recorded (tracing off), which is cheaper to ask than whether tracing is on."""
     if not trace.get_current_span().is_recording():
-        yield None
-        return
-    with tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
-        yield span
+        return NO_SPAN
+    return tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=dict(attributes))

@@ -22,6 +22,7 @@ from string import Template
 
 from notifier.codes import grouped
 from notifier.config import DEFAULT_PRODUCT_NAME, MessageSettings
+from notifier.delivery import lifetimes
 from notifier.delivery.lifetimes import stated_lifetime
 from notifier.errors import ConfigError
 from notifier.locales import DEFAULT_LOCALE, fallbacks, normalize_locale
@@ -338,6 +339,7 @@ class Templates:
                 for method, files in METHOD_FILES.items()
             }
             sets[locale] = TemplateSet(locale, methods)
+            lifetimes.prepare(locale)
         return cls(
             sets=sets,
             product_name=product_name,

@@ -147,6 +147,7 @@ class Worker:
         self._flights: dict[int, Flight] = {}
         # Read once: OpenTelemetry reads the environment on every provider lookup.
         self._traced = tracing_enabled()
+        self._send_attributes = dict(transport.span_attributes)
         self._slots: anyio.Semaphore | None = None
         self._sends: TaskGroup | None = None
         self._intake_scope: anyio.CancelScope | None = None
@@ -583,7 +584,7 @@ class Worker:
             )
         gate = SendGate(flight, self.settings.lease_seconds, self._database_check)
         with (
-            child_span("send smtp", dict(self.transport.span_attributes)) as send_span,
+            child_span("send smtp", self._send_attributes) as send_span,
             anyio.CancelScope() as scope,
         ):
             flight.scope = scope
