@@ -32,7 +32,15 @@ from benchmarks import (
     trigger_cost,
 )
 from benchmarks.cluster import bench_database, open_server
-from benchmarks.config import FULL, QUICK, SCENARIOS, RunConfig, Scenario
+from benchmarks.config import (
+    FULL,
+    QUICK,
+    QUICK_SUSTAINED_CASES,
+    SCENARIOS,
+    SUSTAINED_CASES,
+    RunConfig,
+    Scenario,
+)
 from benchmarks.progress import RunProgress
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -106,6 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     tuning.add_argument(
         "--sustained-seconds", type=float, help="window of a sustained run that names none"
     )
+    tuning.add_argument(
+        "--case",
+        nargs="+",
+        choices=[case.name for case in SUSTAINED_CASES + QUICK_SUSTAINED_CASES],
+        help="run only these sustained cases (by name, e.g. library-max-1w, http-max-1w-1api)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = QUICK if args.quick else FULL
@@ -122,6 +136,9 @@ def main(argv: list[str] | None = None) -> None:
         "sustained_seconds": args.sustained_seconds,
     }
     config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    if args.case:
+        cases = {case.name: case for case in SUSTAINED_CASES + QUICK_SUSTAINED_CASES}
+        config = dataclasses.replace(config, sustained_cases=tuple(cases[n] for n in args.case))
     out_dir = args.out or (QUICK_RESULTS_DIR if args.quick else RESULTS_DIR)
     url = os.environ.get("NOTIFIER_DATABASE_URL") or None
     results = anyio.run(measure, config, out_dir, url, backend="asyncio")

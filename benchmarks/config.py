@@ -70,6 +70,12 @@ class SustainedCase:
     api_processes: int = 1  # "http" only
     seconds: float | None = None  # the window; None: RunConfig.sustained_seconds
 
+    def producers(self, config: RunConfig) -> int:
+        """How many producers (each on a connection of its own) this case runs."""
+        if self.producer == "http":
+            return config.sustained_http_connections
+        return config.sustained_producers
+
     @property
     def name(self) -> str:
         rate = "max" if self.rate is None else f"{self.rate:g}"
@@ -144,7 +150,8 @@ class RunConfig:
     # Sustained load (scenario 5).
     sustained_cases: tuple[SustainedCase, ...] = SUSTAINED_CASES
     sustained_seconds: float = 20.0  # a case's window unless it names its own
-    sustained_producers: int = 4  # connections, each a producer of its own
+    sustained_producers: int = 4  # library connections, each a producer of its own
+    sustained_http_connections: int = 8  # kept-alive HTTP connections, each a producer
     sustained_warmup_seconds: float = 1.0  # at the case's rate, not counted
     sustained_drain_timeout: float = 60.0  # after the window, for the rest to be delivered
     probe_requests: int = 100  # sequential requests on one kept-alive connection

@@ -114,6 +114,7 @@ async def run(
         await monitor.close()
     return {
         "producers": config.sustained_producers,
+        "http_connections": config.sustained_http_connections,
         "sink": runs[0]["sink"] if runs else None,
         "seconds": config.sustained_seconds,
         "probes": probes,
@@ -175,7 +176,7 @@ async def _producers(
 ) -> AsyncIterator[Producer]:
     """One connection per producer, open for the whole case; yields how to run producer k
     (rate, seconds, phase, tag) on its own connection."""
-    count = ctx.config.sustained_producers
+    count = case.producers(ctx.config)
     async with contextlib.AsyncExitStack() as stack:
         if case.producer == "library":
             conns = []
@@ -358,7 +359,7 @@ async def _measure(
                 running_apis(ctx.producer_url, case.api_processes, ctx.log_dir, name)
             )
         producer = await stack.enter_async_context(_producers(ctx, case, apis))
-        count = cfg.sustained_producers
+        count = case.producers(cfg)
         await _produce(
             producer, count, case.rate or WARMUP_RATE, cfg.sustained_warmup_seconds, "warmup"
         )
