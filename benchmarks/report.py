@@ -138,8 +138,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _target("notify idle statements/s per worker", "< 1", idle, lambda v: v < 1, f"{idle}/s")
     )
     drains = results.get("throughput", {}).get("drains", [])
-    # The issue's drain targets are at library defaults; tuned profiles are shown beside them.
-    for processes, goal in ((1, 5_000), (2, 10_000)):
+    # The drain targets are at library defaults; tuned profiles are shown beside them.
+    for processes, goal in ((1, 10_000), (2, 10_000)):
         null_drains = [
             d
             for d in drains
@@ -178,12 +178,13 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         targets.append(
             _target(
                 f"SMTP drain / bare aiosmtplib, {d['processes']} process(es) ({d['profile']})",
-                ">= 80%",
+                ">= 60%",
                 share,
-                lambda v: v >= 0.8,
+                lambda v: v >= 0.6,
                 f"{share:.0%}",
             )
         )
+    targets += _cpu_per_delivery_targets(drains)
     runs = _get(results, "trigger", "runs") or []
     most = max((r["producers"] for r in runs), default=None)
     what = {"request": "request_verification", "insert": "worst case: 1-statement"}
@@ -212,6 +213,36 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{ratio:.3f}x" if ratio is not None else "",
         )
     )
+    return targets
+
+
+# CPU per delivery, microseconds: the worker process's own, and the whole PostgreSQL cluster's.
+CPU_PER_DELIVERY_GOAL_US = 200
+
+
+def _cpu_per_delivery_targets(drains: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Worker and PostgreSQL CPU per delivery in the one-process SMTP drain at defaults."""
+    drain = next(
+        (
+            d
+            for d in drains
+            if d["transport"] == "smtp" and d["processes"] == 1 and d["profile"] == "defaults"
+        ),
+        None,
+    )
+    targets = []
+    for label, key in (("worker", "worker_cpu_s"), ("PostgreSQL", "pg_cpu_s")):
+        used = _get(drain, "usage", key)
+        per = None if used is None or not drain or not drain["sent"] else used / drain["sent"] * 1e6
+        targets.append(
+            _target(
+                f"{label} CPU per SMTP delivery (1 process, defaults)",
+                f"<= {CPU_PER_DELIVERY_GOAL_US} µs",
+                per,
+                lambda v: v <= CPU_PER_DELIVERY_GOAL_US,
+                f"{per:.0f} µs" if per is not None else "",
+            )
+        )
     return targets
 
 
@@ -327,9 +358,20 @@ def _sustained_targets(sustained: dict[str, Any] | None) -> list[dict[str, Any]]
             shown,
         )
     )
+    at_max = _sustained_run(sustained, "library", None, workers=1)
+    for stat, goal in (("p50", 3.0), ("p99", 15.0)):
+        targets.append(
+            _ms_target(
+                f"4 producers as fast as they go, 1 worker: commit->SMTP-accepted {stat}",
+                at_max,
+                "commit_to_smtp_ms",
+                stat,
+                goal,
+            )
+        )
     at_50 = _sustained_run(sustained, "library", 50.0, workers=1)
     for key, label, p50, p99 in (
-        ("commit_to_smtp_ms", "commit->SMTP-accepted", 2.0, 4.0),
+        ("commit_to_smtp_ms", "commit->SMTP-accepted", 1.0, 2.0),
         ("commit_to_claim_committed_ms", "commit->claim committed", 1.0, 3.0),
     ):
         targets.append(_ms_target(f"50/s, 1 worker: {label} p50", at_50, key, "p50", p50))
@@ -585,15 +627,20 @@ def _throughput_md(throughput: dict[str, Any] | None) -> list[str]:
     )
     base = throughput.get("smtp_baseline") or []
     if base:
-        out += ["Bare aiosmtplib loop (one ready-made message, same sink):", ""]
+        out += [
+            "Bare aiosmtplib loop (one ready-made message, same sink; measured before the "
+            "drains and after each profile's, the median round is the ceiling):",
+            "",
+        ]
         out += _table(
-            ["processes", "connections each", "sink", "messages/s"],
+            ["processes", "connections each", "sink", "messages/s (median)", "rounds"],
             [
                 [
                     str(b["processes"]),
                     str(b["connections_per_process"]),
                     b["sink"],
                     _num(b["messages_per_s"], 0),
+                    ", ".join(_num(r, 0) for r in b.get("rounds_per_s", [b["messages_per_s"]])),
                 ]
                 for b in base
             ],

@@ -43,6 +43,21 @@ LATENCY_BUCKETS = (
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 7, 10)
 
 
+class _Attributes:
+    """One attribute set per value, made once and shared by every measurement (the SDK is
+    handed the same mapping each time instead of a new dict per delivery)."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._made: dict[str, Mapping[str, str]] = {}
+
+    def __call__(self, value: str) -> Mapping[str, str]:
+        made = self._made.get(value)
+        if made is None:
+            made = self._made[value] = {self._key: value}
+        return made
+
+
 class WorkerMetrics:
     """Turns a worker's events into OpenTelemetry instruments (no-ops without a provider)."""
 
@@ -136,6 +151,8 @@ class WorkerMetrics:
             "(retried until the link expires): give every worker the API's secrets",
         )
 
+        self._discovered_by = _Attributes("discovered_by")
+        self._outcome = _Attributes("outcome")
         # Events that only count (one each), by kind.
         self._counted: dict[type, Any] = {
             events.StaleCompletion: self.stale_completions,
@@ -153,23 +170,23 @@ class WorkerMetrics:
             return
         match event:
             case events.Claimed(discovered_by=discovered_by, waited=waited):
-                self.claims.add(1, {"discovered_by": discovered_by})
+                self.claims.add(1, self._discovered_by(discovered_by))
                 if waited is not None and discovered_by == "notify":
                     self.notify_to_claim.record(waited)
             case events.Completed(outcome=outcome, status=status, attempt=attempt):
-                self.outcomes.add(1, {"outcome": outcome})
+                self.outcomes.add(1, self._outcome(outcome))
                 if event.smtp_seconds is not None:
                     self.smtp_duration.record(event.smtp_seconds)
                 if status in TERMINAL:
                     self.attempts.record(attempt)
             case events.Settled(fate=fate):
-                self.outcomes.add(1, {"outcome": "expired" if fate == "exhausted" else fate})
+                self.outcomes.add(1, self._outcome("expired" if fate == "exhausted" else fate))
             case events.SendPaused(until=until):
                 self.sending_paused.set(0 if until is None else 1)
             case events.SendRateChanged(rate=rate, configured=configured):
                 self.send_rate.set(rate, {"configured": configured})
             case events.WebhookAttempted(outcome=outcome, seconds=seconds):
-                self.webhook_attempts.add(1, {"outcome": outcome})
+                self.webhook_attempts.add(1, self._outcome(outcome))
                 self.webhook_duration.record(seconds)
             case _:
                 pass  # the other events are not counted
