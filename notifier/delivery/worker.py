@@ -358,6 +358,10 @@ class Worker:
         goes in claims of a batch, not of the one slot a finished send just freed (each
         claim costs a round trip and its statement, whatever its size); rows waiting here
         take their slots in order, before the next claim does."""
+        if self.send_rate is not None:
+            # A token is spent when its row is claimed: rows waiting here for a slot would
+            # go out later in bursts, past the fleet's rate in some second.
+            return 0
         room = self._held_limit - len(self._flights) - free
         return max(0, min(self.settings.concurrency, room, self.settings.batch_size - free))
 
