@@ -286,11 +286,8 @@ async def transact(
     """One mail transaction: the server's reply to the body, or None when `may_send_body`
     said no (nothing was sent; the session is reset, or closed if it cannot be). Refusals
     raise; `progress` says how far the transaction got."""
-    if session.pipelining:
-        return await _pipelined(
-            session, envelope, wire, may_send_body, progress, command_timeout, data_timeout
-        )
-    return await _one_by_one(
+    run = _pipelined if session.pipelining else _one_by_one
+    return await run(
         session, envelope, wire, may_send_body, progress, command_timeout, data_timeout
     )
 
