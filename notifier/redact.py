@@ -67,6 +67,15 @@ def _escaped(match: re.Match[str]) -> str:
     return match[0].encode("unicode_escape").decode("ascii")
 
 
+def kept_line(text: str, limit: int) -> str:
+    """A stranger's text as it is kept and shown: its whitespace runs (line breaks
+    included) made single spaces, any other control character escaped, addresses redacted,
+    at most `limit` characters. Only a window of the text is read, so its cost is bounded
+    whatever its length."""
+    one_line = " ".join(text[: limit * 4].split())
+    return redact_text(printable(one_line))[:limit]
+
+
 def redact_spellings(text: str, spellings: list[str]) -> str:
     """`text` with each of `spellings` (an address and its parts, longest first) replaced,
     whatever its case, by its redacted form: a server may echo an address in a shape no

@@ -20,10 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from notifier.redact import kept_line
+
 ReportKind = Literal["delivered", "deferred", "bounced", "complained"]
 BounceType = Literal["permanent", "transient", "undetermined"]
 # Where a report came from.
 ReportSource = Literal["dsn", "arf", "mail", "ses"]
+# A report's diagnostic, as kept, is at most this long.
+DIAGNOSTIC_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,12 @@ class Report:
     bounce_type: BounceType | None = None
     status: str | None = None
     diagnostic: str | None = None
+
+
+def diagnostic_of(words: str) -> str:
+    """A remote server's words as a report keeps them: one line, printable, redacted,
+    bounded (whoever sent the report chose them)."""
+    return kept_line(words, DIAGNOSTIC_CHARS)
 
 
 def recipients_own(status: str | None) -> bool:

@@ -16,11 +16,8 @@ import hashlib
 import re
 from email.message import Message
 
-from notifier.redact import printable, redact_text
-from notifier.reports import BounceType, Report, ReportKind
+from notifier.reports import BounceType, Report, ReportKind, diagnostic_of
 
-# What a report's words are kept as: one line, printable, redacted, at most this long.
-DIAGNOSTIC_CHARS = 300
 # Per-recipient blocks read from one DSN: a delivery has one recipient, so more is noise.
 MAX_RECIPIENT_BLOCKS = 10
 _STATUS = re.compile(r"^\s*([245])\.(\d{1,3})\.(\d{1,3})")
@@ -49,7 +46,7 @@ def reports_in(raw: bytes, outbox_id: int) -> list[Report]:
             "bounced",
             "mail",
             bounce_type="undetermined",
-            diagnostic=_kept(str(message.get("Subject", ""))),
+            diagnostic=diagnostic_of(str(message.get("Subject", ""))),
         )
     ]
 
@@ -75,7 +72,7 @@ def _delivery_status(message: Message, outbox_id: int, report_id: str) -> list[R
             break
         action = str(block.get("Action", "")).strip().lower()
         status = _status(str(block.get("Status", "")))
-        diagnostic = _kept(str(block.get("Diagnostic-Code", "")).partition(";")[2])
+        diagnostic = diagnostic_of(str(block.get("Diagnostic-Code", "")).partition(";")[2])
         kind: ReportKind
         bounce_type: BounceType | None = None
         if action == "failed":
@@ -124,7 +121,7 @@ def _feedback(message: Message, outbox_id: int, report_id: str) -> list[Report]:
             report_id,
             "complained",
             "arf",
-            diagnostic=_kept(
+            diagnostic=diagnostic_of(
                 f"feedback type {feedback_type}, from {fields.get('User-Agent', 'unknown')}"
             ),
         )
@@ -140,8 +137,3 @@ def _bounce_type(status: str | None) -> BounceType:
     if status is None:
         return "undetermined"
     return "permanent" if status.startswith("5") else "transient"
-
-
-def _kept(text: str) -> str:
-    one_line = " ".join(text[: DIAGNOSTIC_CHARS * 4].split())
-    return redact_text(printable(one_line))[:DIAGNOSTIC_CHARS]

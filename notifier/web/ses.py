@@ -31,8 +31,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from notifier import verp
-from notifier.redact import printable, redact_text
-from notifier.reports import BounceType, Report
+from notifier.reports import BounceType, Report, diagnostic_of
 from notifier.tokens import TokenKeys
 
 log = logging.getLogger(__name__)
@@ -222,7 +221,7 @@ def reports_of(event: Mapping[str, Any], sns_id: str, outbox_id: int) -> list[Re
                     "ses",
                     bounce_type=bounce_type,
                     status=status if _STATUS.fullmatch(status) else None,
-                    diagnostic=_kept(str(recipient.get("diagnosticCode", ""))) or None,
+                    diagnostic=diagnostic_of(str(recipient.get("diagnosticCode", ""))) or None,
                 )
             )
         return found or [Report(outbox_id, base, "bounced", "ses", bounce_type=bounce_type)]
@@ -231,10 +230,6 @@ def reports_of(event: Mapping[str, Any], sns_id: str, outbox_id: int) -> list[Re
     if kind == "Delivery":
         return [Report(outbox_id, base, "delivered", "ses")]
     return []
-
-
-def _kept(text: str) -> str:
-    return redact_text(printable(" ".join(text[:1200].split())))[:300]
 
 
 __all__ = [

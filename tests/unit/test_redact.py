@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from notifier.redact import printable, redact_email, redact_spellings, redact_text
+from notifier.redact import kept_line, printable, redact_email, redact_spellings, redact_text
 
 
 def test_address_keeps_its_first_character_and_domain() -> None:
@@ -172,3 +172,10 @@ def test_a_spelling_in_a_reply_with_non_ascii_text_is_still_replaced_whatever_it
     assert redact_spellings(text, spellings("ada.lovelace@corp.example")) == (
         "550 5.1.1 A*** unbekannt: Empfänger abgelehnt"
     )
+
+
+def test_a_kept_line_is_one_line_escaped_redacted_and_bounded() -> None:
+    kept = kept_line("550 5.1.1 <ada@example.org>\r\n  no such\x1b[2J user " + "x" * 5000, 80)
+    assert "\n" not in kept and "\x1b" not in kept and "\\x1b" in kept
+    assert "ada@example.org" not in kept
+    assert kept.startswith("550 5.1.1 <") and len(kept) == 80
