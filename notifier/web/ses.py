@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httpcore
 import orjson
@@ -70,33 +70,42 @@ def message_of(body: bytes) -> dict[str, str]:
 
 
 def certificate_url_allowed(url: str, trusted: Sequence[str]) -> bool:
-    """An SNS host over https, a .pem path, no credentials or odd port; or a trusted prefix."""
-    if any(url == t or url.startswith(t.rstrip("/") + "/") for t in trusted):
-        return True
-    parts = urlsplit(url)
-    return (
-        parts.scheme == "https"
-        and parts.username is None
-        and parts.port in (None, 443)
-        and _SNS_HOST.fullmatch(parts.hostname or "") is not None
-        and parts.path.endswith(".pem")
-        and not parts.query
+    """An SNS host over https, a .pem path and no query; or a trusted prefix."""
+    parts = _on_sns_host(url)
+    return _trusted(url, trusted) or (
+        parts is not None and parts.path.endswith(".pem") and not parts.query
     )
 
 
 def subscribe_url_allowed(url: str, trusted: Sequence[str]) -> bool:
     """A subscription's confirmation URL: https on an SNS host, ConfirmSubscription; or a
     trusted prefix."""
-    if any(url == t or url.startswith(t.rstrip("/") + "/") for t in trusted):
-        return True
+    parts = _on_sns_host(url)
+    return _trusted(url, trusted) or (
+        parts is not None and "Action=ConfirmSubscription" in parts.query
+    )
+
+
+def _trusted(url: str, trusted: Sequence[str]) -> bool:
+    return any(url == t or url.startswith(t.rstrip("/") + "/") for t in trusted)
+
+
+def _on_sns_host(url: str) -> SplitResult | None:
+    """`url`'s parts when it is https on an SNS host with no credentials or odd port, else
+    None (a port that is no number is refused, not raised: the sender is a stranger)."""
     parts = urlsplit(url)
-    return (
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if (
         parts.scheme == "https"
         and parts.username is None
-        and parts.port in (None, 443)
+        and port in (None, 443)
         and _SNS_HOST.fullmatch(parts.hostname or "") is not None
-        and "Action=ConfirmSubscription" in parts.query
-    )
+    ):
+        return parts
+    return None
 
 
 def string_to_sign(message: Mapping[str, str]) -> bytes:

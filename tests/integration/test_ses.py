@@ -152,6 +152,8 @@ async def test_another_topic_is_refused_before_any_certificate_is_fetched(
         "https://sns.eu-west-1.amazonaws.com.evil.example/cert.pem",
         "https://user@sns.eu-west-1.amazonaws.com/cert.pem",
         "https://sns.eu-west-1.amazonaws.com/cert.txt",
+        "https://sns.eu-west-1.amazonaws.com:99999/cert.pem",  # a port out of range
+        "https://sns.eu-west-1.amazonaws.com:x/cert.pem",  # a port that is no number
     ],
 )
 async def test_a_certificate_off_the_sns_hosts_is_never_fetched(
