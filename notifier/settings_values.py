@@ -14,13 +14,48 @@ from urllib.parse import urlsplit
 
 
 def seconds(low: float, high: float) -> Callable[[str], float]:
+    """A parser for a duration written in seconds, within `low`..`high`."""
+    wanted = f"a number of seconds from {human_duration(low)} to {human_duration(high)}"
+
     def parse(raw: str) -> float:
-        value = float(raw)
+        try:
+            value = float(raw)
+        except ValueError:
+            # "1h" is what people write: say what number it is in seconds.
+            meant = _with_unit(raw)
+            hint = f": write {meant:g} for {raw}" if meant is not None else ""
+            raise ValueError(f"must be {wanted}{hint}") from None
         if not low <= value <= high:
-            raise ValueError(f"must be between {low:g} and {high:g} seconds")
+            raise ValueError(f"must be {wanted}")
         return value
 
     return parse
+
+
+# The units a duration is shown in, largest first: a range reads "60 s to 30 days".
+_SHOWN_UNITS = ((86400.0, "day"), (3600.0, "hour"), (60.0, "minute"))
+
+
+def human_duration(value: float) -> str:
+    """Seconds as a person reads them: 30 days, 2 hours, 90 s, 0.5 s."""
+    if value == math.inf:
+        return "no limit"
+    for size, name in _SHOWN_UNITS:
+        if value >= size and (value / size).is_integer():
+            count = int(value / size)
+            return f"{count} {name}{'' if count == 1 else 's'}"
+    return f"{value:g} s"
+
+
+_WITH_UNIT = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])", re.IGNORECASE)
+
+
+def _with_unit(raw: str) -> float | None:
+    """The seconds meant by a duration written with a unit (90s, 30m, 1.5h, 2d), if it is one."""
+    match = _WITH_UNIT.fullmatch(raw.strip())
+    if match is None:
+        return None
+    return float(match[1]) * _UNITS[match[2].lower()]
 
 
 def integer(low: int, high: int) -> Callable[[str], int]:
