@@ -146,7 +146,7 @@ async def run_dev(
         api,
         sockets,
         internal_routes=lambda app: inbox_web.add_routes(
-            app, inbox, database.data_dir / API_KEY_FILE
+            app, inbox, database.data_dir / API_KEY_FILE, frozenset({tokens.public_url})
         ),
         hosts=None if allow_remote else LOOPBACK_NAMES,
         webhooks=webhooks,

@@ -37,6 +37,13 @@ _LINK = re.compile(r"https?://[^\s\"'<>]+/verify\?token=[A-Za-z0-9._-]+")
 # A verification code as the shipped templates write it in the text part: grouped digits
 # alone on a line ("123 456").
 _CODE = re.compile(r"^[ \t]*(\d{3,4}(?: \d{3,4}){1,2})[ \t]*$", re.MULTILINE)
+# Characters of the text part the list shows as a message's preview.
+PREVIEW_CHARS = 140
+# Characters of the text part a search looks through: a search costs at most this much per
+# message, whatever was mailed in.
+SEARCHED_TEXT_CHARS = 20_000
+# notifier's own Message-IDs name their verification (notifier.verifications.message_id_for).
+_VERIFICATION_ID = re.compile(r"^<verify\.([0-9a-f-]{36})@", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +60,23 @@ class Captured:
     has_html: bool
     # The verification code it carries, as written ("123 456"), if any.
     code: str | None = None
+    # The text part's start on one line, for the list.
+    preview: str = ""
+    # Subject, addresses and the text part's first SEARCHED_TEXT_CHARS, casefolded once.
+    searched: str = ""
 
     def matches(self, query: str) -> bool:
-        """Whether `query` occurs (ignoring case) in a recipient or the sender."""
+        """Whether `query` occurs (ignoring case) in the subject, an address or the text.
+
+        A substring test over a bounded haystack: Python's two-way search is linear in it."""
         needle = query.strip().casefold()
-        return not needle or any(needle in a.casefold() for a in (*self.recipients, self.sender))
+        return not needle or needle in self.searched
+
+    @property
+    def verification_id(self) -> str | None:
+        """The verification this message delivers, read from notifier's Message-ID."""
+        found = _VERIFICATION_ID.match(self.message_id)
+        return found.group(1).lower() if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +122,11 @@ class Inbox:
 
     def find(self, number: int) -> Captured | None:
         return next((m for m in self._messages if m.number == number), None)
+
+    def find_by_message_id(self, message_id: str) -> Captured | None:
+        """The newest message with this Message-ID (angle brackets optional)."""
+        wanted = message_id.strip().strip("<>")
+        return next((m for m in self._messages if m.message_id.strip("<>") == wanted), None)
 
     def open(self, number: int) -> Opened | None:
         captured = self.find(number)
@@ -150,6 +174,17 @@ class Inbox:
         del self._messages[self.capacity :]
         self._announce()
         return captured
+
+    def delete(self, number: int) -> bool:
+        """Delete one message; whether it was there."""
+        captured = self.find(number)
+        if captured is None:
+            return False
+        self._path(number).unlink(missing_ok=True)
+        self._messages.remove(captured)
+        self._write_last_number()
+        self._announce()
+        return True
 
     def clear(self) -> int:
         """Delete every message; returns how many there were."""
@@ -261,6 +296,8 @@ def _headline(number: int, received_at: datetime, raw: bytes) -> Captured:
     text = _body(parsed, "plain") or ""
     html = _body(parsed, "html")
     link = _LINK.search(text) or _LINK.search(html or "")
+    subject = _safe(parsed, "Subject")
+    sender = _safe(parsed, "From") or _safe(parsed, "Return-Path").strip("<>")
     recipients = tuple(_safe_all(parsed, "Delivered-To")) or tuple(
         a.strip() for a in _safe(parsed, "To").split(",") if a.strip()
     )
@@ -268,12 +305,14 @@ def _headline(number: int, received_at: datetime, raw: bytes) -> Captured:
         number=number,
         received_at=received_at,
         message_id=_safe(parsed, "Message-ID"),
-        sender=_safe(parsed, "From") or _safe(parsed, "Return-Path").strip("<>"),
+        sender=sender,
         recipients=recipients,
-        subject=_safe(parsed, "Subject"),
+        subject=subject,
         link=link.group(0).replace("&amp;", "&") if link else None,
         has_html=html is not None,
         code=code.group(1) if (code := _CODE.search(text)) else None,
+        preview=_one_line(text[: PREVIEW_CHARS * 4])[:PREVIEW_CHARS],
+        searched="\n".join((subject, sender, *recipients, text[:SEARCHED_TEXT_CHARS])).casefold(),
     )
 
 

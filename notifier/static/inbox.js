@@ -1,7 +1,39 @@
 // The dev inbox list, kept current: one server-sent event per change (no polling), then one
-// fetch of the list; and search as you type. Without this script the page still works
-// (the search form submits, the list shows what was there when it loaded).
+// fetch of the list; search as you type; a dialog before Delete all; and the message
+// view's frame grown to its email's height. Without this script the pages still work (the
+// search form submits, Delete all asks on a page of its own, the frame scrolls).
 "use strict";
+
+// Delete all asks first; the server empties the inbox only with the confirm field.
+(() => {
+  const form = document.getElementById("delete-all");
+  if (!form) return;
+  form.addEventListener("submit", (event) => {
+    if (!window.confirm("Delete every message in the inbox? This cannot be undone.")) {
+      event.preventDefault();
+      return;
+    }
+    const confirmed = document.createElement("input");
+    confirmed.type = "hidden";
+    confirmed.name = "confirm";
+    confirmed.value = "delete-all";
+    form.append(confirmed);
+  });
+})();
+
+// The email's frame as tall as the email, so nothing is cut off at any width: the frame's
+// one script posts its height. Only a number from that frame is taken, and capped.
+(() => {
+  const frame = document.querySelector(".email-frame");
+  if (!frame) return;
+  const tallest = 50000;
+  window.addEventListener("message", (event) => {
+    if (event.source !== frame.contentWindow) return;
+    const height = event.data && event.data.emailHeight;
+    if (typeof height !== "number" || !Number.isFinite(height) || height <= 0) return;
+    frame.style.height = `${Math.min(Math.ceil(height), tallest)}px`;
+  });
+})();
 
 (() => {
   const list = document.getElementById("messages");
@@ -16,6 +48,12 @@
 
   const plural = (n) => `${n} message${n === 1 ? "" : "s"}`;
   const pad = (n) => String(n).padStart(2, "0");
+  const day = (at) => `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())}`;
+  // Today's mail by its time, older mail with its date (as the server writes it).
+  function when(at) {
+    const time = `${pad(at.getHours())}:${pad(at.getMinutes())}`;
+    return day(at) === day(new Date()) ? time : `${day(at)} ${time}`;
+  }
 
   function item(message) {
     const li = document.createElement("li");
@@ -27,12 +65,14 @@
     subject.textContent = message.subject || "(no subject)";
     const who = document.createElement("span");
     who.className = "who";
-    who.textContent = `To ${message.to.join(", ")}`;
+    who.textContent = `From ${message.from} · To ${message.to.join(", ")}`;
     const time = document.createElement("time");
-    const at = new Date(message.received_at);
     time.dateTime = message.received_at;
-    time.textContent = `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`;
-    a.append(subject, who, time);
+    time.textContent = when(new Date(message.received_at));
+    const preview = document.createElement("span");
+    preview.className = "preview";
+    preview.textContent = message.preview;
+    a.append(subject, who, time, preview);
     const carries = ["link", "code"].filter((kind) => message[kind]);
     if (carries.length) {
       const badge = document.createElement("span");
@@ -50,7 +90,7 @@
     count.textContent = plural(body.total) + (query ? ` · ${body.messages.length} shown` : "");
     empty.hidden = body.messages.length > 0;
     if (query) {
-      empty.textContent = `No message to or from an address containing “${query}”.`;
+      empty.textContent = `No message whose subject, addresses or text contain “${query}”.`;
     } else {
       const start = document.createElement("a");
       start.href = "/";

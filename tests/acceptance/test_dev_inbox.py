@@ -10,8 +10,11 @@ from typing import Literal
 import anyio
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, Request, ViewportSize, expect
+from playwright.async_api import Browser, Dialog, Page, Request, ViewportSize, expect
 
+from notifier.dev.web import FRAME_SCRIPT_HASH
+from notifier.dev.web import routes as dev_routes
+from notifier.web.access import ScopedRoute
 from tests.support.browser import (
     BROWSER_WAIT_MS,
     READY,
@@ -95,7 +98,7 @@ async def test_a_message_shows_its_html_in_a_sandboxed_frame_and_switches_views(
 
     frame_element = page.locator("iframe.email-frame")
     await expect(frame_element).to_have_attribute(
-        "sandbox", "allow-popups allow-popups-to-escape-sandbox"
+        "sandbox", "allow-scripts allow-popups allow-popups-to-escape-sandbox"
     )
     frame = page.frame_locator("iframe.email-frame")
     await expect(frame.get_by_role("link", name="Confirm my email address")).to_be_visible()
@@ -120,9 +123,11 @@ async def test_the_email_view_cannot_run_script_even_when_opened_directly(
         [mail] = await inbox_holding(api, 1)
     response = await api.get(f"/dev/inbox/{mail['number']}/html")
     policy = response.headers["content-security-policy"]
-    assert policy.startswith("sandbox allow-popups allow-popups-to-escape-sandbox;")
+    assert policy.startswith("sandbox allow-scripts allow-popups allow-popups-to-escape-sandbox;")
     assert "default-src 'none'" in policy and "frame-ancestors 'self'" in policy
-    assert "allow-scripts" not in policy and "allow-same-origin" not in policy
+    # The one script allowed is the frame's own, by its hash; never this origin with it.
+    assert f"script-src 'sha256-{FRAME_SCRIPT_HASH}';" in policy
+    assert "allow-same-origin" not in policy and "unsafe-inline' ;" not in policy
 
 
 async def test_inbox_pages_send_a_strict_content_security_policy(
@@ -165,12 +170,12 @@ async def test_searching_by_address_filters_the_list_as_you_type(
     with anyio.fail_after(WAIT_SECONDS):
         await inbox_holding(api, 3)
     await live_inbox(page, dev_url)
-    await page.get_by_label("Search by address").fill("EXAMPLE.ORG")
+    await page.get_by_label("Search subject, addresses and text").fill("EXAMPLE.ORG")
     await expect(page.locator("#messages li")).to_have_count(1)
     await expect(page.locator("#messages li")).to_contain_text("grace@example.org")
     await expect(page.locator("#count")).to_have_text("3 messages · 1 shown")
     await expect(page).to_have_url(dev_url + "/dev/inbox?q=EXAMPLE.ORG")
-    await page.get_by_label("Search by address").fill("nobody")
+    await page.get_by_label("Search subject, addresses and text").fill("nobody")
     await expect(page.locator("#empty")).to_contain_text("nobody")
 
 
@@ -185,23 +190,127 @@ async def test_search_works_without_javascript_too(
     await sign_in_with_dev_key(context, dev)
     page = await context.new_page()
     await page.goto(dev_url + "/dev/inbox")
-    await page.get_by_label("Search by address").fill("grace")
+    await page.get_by_label("Search subject, addresses and text").fill("grace")
     await page.get_by_role("button", name="Search").click()
     await expect(page.locator("#messages li")).to_have_count(1)
     await context.close()
 
 
-async def test_delete_all_empties_the_inbox(
+async def test_delete_all_asks_and_then_empties_the_inbox(
     api: httpx.AsyncClient, dev_url: str, page: Page
 ) -> None:
     await request_verification(api, "ada@example.com")
     with anyio.fail_after(WAIT_SECONDS):
         await inbox_holding(api, 1)
     await live_inbox(page, dev_url)
+    asked: list[str] = []
+
+    async def decline(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        await dialog.dismiss()
+
+    page.once("dialog", decline)
+    await page.get_by_role("button", name="Delete all").click()
+    await expect(page.locator("#count")).to_have_text("1 message")
+    assert asked and "cannot be undone" in asked[0]
+    page.once("dialog", lambda dialog: dialog.accept())
     await page.get_by_role("button", name="Delete all").click()
     await expect(page.locator("#empty")).to_be_visible()
     await expect(page.locator("#count")).to_have_text("0 messages")
     assert (await api.get("/dev/inbox.json")).json() == []
+
+
+async def test_delete_all_without_its_confirmation_only_asks(api: httpx.AsyncClient) -> None:
+    await request_verification(api, "ada@example.com")
+    with anyio.fail_after(WAIT_SECONDS):
+        await inbox_holding(api, 1)
+    asked = await api.post("/dev/inbox/delete-all", follow_redirects=True)
+    assert asked.status_code == 200 and "Yes, delete all" in asked.text
+    assert len((await api.get("/dev/inbox.json")).json()) == 1
+    done = await api.post("/dev/inbox/delete-all", data={"confirm": "delete-all"})
+    assert done.status_code == 303
+    assert (await api.get("/dev/inbox.json")).json() == []
+
+
+async def test_one_message_is_deleted_from_its_page(
+    api: httpx.AsyncClient, dev_url: str, page: Page
+) -> None:
+    await request_verification(api, "ada@example.com")
+    await request_verification(api, "grace@example.org")
+    with anyio.fail_after(WAIT_SECONDS):
+        grace, ada = await inbox_holding(api, 2)
+    await page.goto(f"{dev_url}/dev/inbox/{ada['number']}")
+    await page.get_by_role("button", name="Delete this message").click()
+    await expect(page).to_have_url(dev_url + "/dev/inbox")
+    assert [m["number"] for m in (await api.get("/dev/inbox.json")).json()] == [grace["number"]]
+    gone = await api.post(f"/dev/inbox/{ada['number']}/delete")
+    assert gone.status_code == 404
+
+
+async def test_the_list_searches_the_subject_and_text_too(
+    api: httpx.AsyncClient, dev_url: str, page: Page
+) -> None:
+    await request_verification(api, "ada@example.com")
+    with anyio.fail_after(WAIT_SECONDS):
+        [mail] = await inbox_holding(api, 1)
+    await live_inbox(page, dev_url)
+    search = page.get_by_label("Search subject, addresses and text")
+    await search.fill(mail["subject"].split()[0].upper())
+    await expect(page.locator("#messages li")).to_have_count(1)
+    await search.fill(mail["link"].split("token=")[1][:12])  # only in the body
+    await expect(page.locator("#messages li")).to_have_count(1)
+    await expect(page.locator("#messages li .preview")).not_to_be_empty()
+    await expect(page.locator("#messages li .who")).to_contain_text("From ")
+
+
+async def test_a_delivery_and_its_message_link_to_each_other(
+    api: httpx.AsyncClient, dev_url: str, page: Page
+) -> None:
+    requested = await request_verification(api, "ada@example.com")
+    with anyio.fail_after(WAIT_SECONDS):
+        [mail] = await inbox_holding(api, 1)
+    await page.goto(f"{dev_url}/dev/inbox/{mail['number']}")
+    await page.locator("#console-delivery").click()
+    await expect(page).to_have_url(f"{dev_url}/console/deliveries/{requested['id']}")
+    await page.locator("#inbox-message").click()
+    await expect(page).to_have_url(f"{dev_url}/dev/inbox/{mail['number']}")
+    await page.get_by_role("link", name="Inbox").first.click()
+    await expect(page).to_have_url(dev_url + "/dev/inbox")
+
+
+async def test_the_check_tab_shows_the_link_answering_and_the_parts_agreeing(
+    api: httpx.AsyncClient, dev_url: str, page: Page
+) -> None:
+    await request_verification(api, "ada@example.com")
+    with anyio.fail_after(WAIT_SECONDS):
+        [mail] = await inbox_holding(api, 1)
+    await page.goto(f"{dev_url}/dev/inbox/{mail['number']}?view=check")
+    row = page.locator("#check-links tbody tr", has_text=mail["link"])
+    await expect(row).to_contain_text("200")  # the confirm page answers, confirming nothing
+    await expect(page.locator("#check-agree")).to_have_text("the same in both parts")
+    await expect(page.locator("#check-over-limit")).to_have_text("0")
+    await expect(page.locator("#check-size")).to_contain_text("bytes")
+    [still] = (await api.get("/dev/inbox.json")).json()
+    assert still["number"] == mail["number"]
+
+
+async def test_on_a_phone_the_email_frame_grows_to_show_the_whole_email(
+    api: httpx.AsyncClient, browser: Browser, dev: Dev, dev_url: str
+) -> None:
+    await request_verification(api, "ada@example.com")
+    with anyio.fail_after(WAIT_SECONDS):
+        [mail] = await inbox_holding(api, 1)
+    context = await browser.new_context(viewport=PHONE)
+    await sign_in_with_dev_key(context, dev)
+    page = await context.new_page()
+    await page.goto(f"{dev_url}/dev/inbox/{mail['number']}")
+    email = page.frame_locator("iframe.email-frame")
+    await expect(email.get_by_role("link", name="Confirm my email address")).to_be_visible()
+    frame = page.locator("iframe.email-frame")
+    content = await email.locator("html").evaluate("e => e.scrollHeight")
+    await expect(frame).to_have_js_property("offsetHeight", content)
+    assert content > PHONE["height"] * 0.75  # taller than the frame it started as
+    await context.close()
 
 
 async def test_another_site_cannot_empty_a_signed_in_browsers_inbox(
@@ -228,20 +337,21 @@ async def test_the_inbox_needs_the_dev_key(api: httpx.AsyncClient, dev: Dev) -> 
     await request_verification(api, "ada@example.com")
     with anyio.fail_after(WAIT_SECONDS):
         [mail] = await inbox_holding(api, 1)
+    guarded = [
+        (method, route.path.replace("{number}", str(mail["number"])))
+        for route in dev_routes.routes
+        if isinstance(route, ScopedRoute) and route.access != "open"
+        for method in sorted(route.methods or ())
+    ]
+    # Every route but the start page and the assets: a route added later is covered too.
+    assert {path for _, path in guarded} >= {"/dev/inbox", "/dev/inbox/by-message-id"}
     async with httpx.AsyncClient(base_url=dev.url) as stranger:
-        for path in (
-            "/dev/inbox",
-            "/dev/inbox.json",
-            "/dev/inbox/events",
-            f"/dev/inbox/{mail['number']}",
-            f"/dev/inbox/{mail['number']}/html",
-            f"/dev/inbox/{mail['number']}/raw",
-        ):
-            refused = await stranger.get(path)
-            assert refused.status_code == 401, path
-            assert mail["link"] not in refused.text, path
-        emptied = await stranger.post("/dev/inbox/delete-all")
-        assert emptied.status_code == 401
+        for method, path in guarded:
+            refused = await stranger.request(
+                method, path, params={"id": mail["message_id"]}, data={"confirm": "delete-all"}
+            )
+            assert refused.status_code == 401, (method, path)
+            assert mail["link"] not in refused.text, (method, path)
         landing = await stranger.get("/")
         assert landing.status_code == 200 and mail["link"] not in landing.text
         page = await stranger.get("/dev/inbox", headers={"Accept": "text/html"})

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from notifier.delivery.messages import Templates
-from notifier.dev.inbox import Inbox
+from notifier.dev.inbox import PREVIEW_CHARS, SEARCHED_TEXT_CHARS, Inbox
 from notifier.outcomes import Method
 
 pytestmark = pytest.mark.anyio
@@ -21,13 +21,15 @@ pytestmark = pytest.mark.anyio
 LINK = "http://127.0.0.1:8000/verify?token=k1.abcDEF_-123"
 
 
-def message(to: str, subject: str = "Confirm your email address") -> EmailMessage:
+def message(
+    to: str, subject: str = "Confirm your email address", text: str = f"Open {LINK}\n"
+) -> EmailMessage:
     mail = EmailMessage()
     mail["From"] = "Acme <noreply@acme.test>"
     mail["To"] = to
     mail["Subject"] = subject
     mail["Message-ID"] = f"<{subject.replace(' ', '.')}.{to}>"
-    mail.set_content(f"Open {LINK}\n")
+    mail.set_content(text)
     mail.add_alternative(f'<p><a href="{LINK}">Confirm</a></p>', subtype="html")
     return mail
 
@@ -137,6 +139,59 @@ async def test_search_matches_part_of_a_recipient_or_sender_ignoring_case(inbox:
     assert len(inbox.search("example")) == 2
     assert len(inbox.search("acme.test")) == 2
     assert inbox.search("nobody") == []
+
+
+async def test_search_matches_the_subject_and_the_text_ignoring_case(inbox: Inbox) -> None:
+    await send(inbox, message("ada@example.com", "Welcome aboard"), message("grace@example.org"))
+    assert [m.subject for m in inbox.search("WELCOME")] == ["Welcome aboard"]
+    assert len(inbox.search("token=k1.abcdef")) == 2  # in the text part of both
+
+
+async def test_search_looks_no_further_than_the_start_of_a_long_text(inbox: Inbox) -> None:
+    await send(inbox, message("ada@example.com", text="x" * SEARCHED_TEXT_CHARS + " needle"))
+    assert inbox.search("needle") == []
+    assert len(inbox.search("xxx")) == 1
+
+
+async def test_the_list_carries_a_one_line_preview_of_the_text(inbox: Inbox) -> None:
+    text = "Hello Ada,\n\n  confirm   your address.\n" + "more " * 100
+    await send(inbox, message("ada@example.com", text=text))
+    [captured] = inbox.messages
+    assert captured.preview.startswith("Hello Ada, confirm your address. more")
+    assert len(captured.preview) == PREVIEW_CHARS
+
+
+async def test_deleting_one_message_leaves_the_others_and_its_number_unused(
+    inbox: Inbox, tmp_path: Path
+) -> None:
+    await send(inbox, message("ada@example.com"), message("grace@example.com"))
+    newest, oldest = inbox.messages
+    assert inbox.delete(oldest.number)
+    assert [m.number for m in inbox.messages] == [newest.number]
+    assert len(list((tmp_path / "inbox").glob("*.eml"))) == 1
+    assert not inbox.delete(oldest.number)  # gone: a second delete finds nothing
+    await send(inbox, message("linus@example.com"))
+    assert inbox.messages[0].number == newest.number + 1
+
+
+async def test_a_message_is_found_by_its_message_id_with_or_without_brackets(
+    inbox: Inbox,
+) -> None:
+    await send(inbox, message("ada@example.com"), message("grace@example.com"))
+    wanted = inbox.messages[1]
+    assert inbox.find_by_message_id(wanted.message_id) == wanted
+    assert inbox.find_by_message_id(wanted.message_id.strip("<>")) == wanted
+    assert inbox.find_by_message_id("<nobody@x>") is None
+
+
+async def test_notifiers_message_id_names_its_verification(inbox: Inbox) -> None:
+    mail = message("ada@example.com")
+    del mail["Message-ID"]
+    mail["Message-ID"] = "<verify.0B7E3C52-6F1A-4C53-9D55-3A0A7A1F6B2E@notifier.localhost>"
+    await send(inbox, mail, message("grace@example.com"))
+    grace, ada = inbox.messages
+    assert ada.verification_id == "0b7e3c52-6f1a-4c53-9d55-3a0a7a1f6b2e"
+    assert grace.verification_id is None
 
 
 async def test_watchers_are_woken_by_each_change_and_released_by_close(inbox: Inbox) -> None:

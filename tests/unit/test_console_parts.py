@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,7 +13,8 @@ from notifier.errors import ConfigError
 from notifier.tokens import TokenKeys
 from notifier.web.access import Sessions
 from notifier.web.console.charts import Bar, axis_top, stacked_bars
-from notifier.web.console.data import trace_id
+from notifier.web.console.data import QueueSnapshot, trace_id
+from notifier.web.console.pages import Viewer, queue_page
 
 SECRET = "s" * 40
 SERIES = (("sent", "Sent"), ("failed", "Failed"))
@@ -118,3 +121,30 @@ def test_a_malformed_csrf_token_is_refused_without_an_error(token: str) -> None:
     sessions = Sessions(keys)
     cookie = sessions.issue("0123456789ab")
     assert not sessions.csrf_valid(cookie, token.replace("{kid}", keys.current_key_id))
+
+
+EMPTY_QUEUE = QueueSnapshot(
+    pending=0, pending_due=0, sending=0, expired_leases=0, oldest_pending_seconds=0.0, minutes=()
+)
+VIEWER = Viewer("ops", admin=True, csrf="")
+
+
+def test_an_empty_queue_reads_nothing_pending_not_an_age_of_zero() -> None:
+    page = queue_page(EMPTY_QUEUE, VIEWER, datetime.now(UTC))
+    assert "Nothing pending" in page and "0.0 s" not in page
+
+
+def test_an_idle_hour_reads_as_zero_a_minute_not_none() -> None:
+    page = queue_page(EMPTY_QUEUE, VIEWER, datetime.now(UTC))
+    assert "none a minute" not in page and "none" not in re.sub(r"<[^>]+>", " ", page).split()
+
+
+def test_a_due_row_shows_how_long_it_has_waited() -> None:
+    waiting = dataclasses.replace(EMPTY_QUEUE, pending=1, pending_due=1, oldest_pending_seconds=2.5)
+    assert "2.5 s" in queue_page(waiting, VIEWER, datetime.now(UTC))
+
+
+def test_beside_notifier_devs_inbox_the_console_links_back_to_it() -> None:
+    beside = queue_page(EMPTY_QUEUE, dataclasses.replace(VIEWER, inbox=True), datetime.now(UTC))
+    assert '<a id=nav-inbox href="/dev/inbox">Inbox</a>' in beside
+    assert "nav-inbox" not in queue_page(EMPTY_QUEUE, VIEWER, datetime.now(UTC))

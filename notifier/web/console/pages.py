@@ -85,12 +85,14 @@ _TONE = {
 
 @dataclass(frozen=True, slots=True)
 class Viewer:
-    """Who is looking: the key's name, whether it may change things (the admin scope), and
-    the CSRF token its forms carry ("" for a bearer key, which needs none)."""
+    """Who is looking: the key's name, whether it may change things (the admin scope), the
+    CSRF token its forms carry ("" for a bearer key, which needs none), and whether notifier
+    dev's inbox is beside the console (then the pages link to it)."""
 
     name: str
     admin: bool
     csrf: str
+    inbox: bool = False
 
 
 def _render(template: str, viewer: Viewer, current: str, **values: object) -> str:
@@ -130,7 +132,7 @@ def _rate(count: int, minutes: int) -> str:
     """Deliveries a minute, with the precision the number needs (0.03, 2.5, 120)."""
     rate = count / minutes
     if not count:
-        return "none"
+        return "0"
     return f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}" if rate >= 1 else f"{rate:.2f}"
 
 
@@ -150,8 +152,8 @@ def _tiles(s: QueueSnapshot) -> list[_Tile]:
         _Tile("Sending", str(s.sending), "held under a lease"),
         _Tile(
             "Oldest pending",
-            f"{s.oldest_pending_seconds:.1f} s",
-            "waiting past its due time",
+            f"{s.oldest_pending_seconds:.1f} s" if s.pending_due else "Nothing pending",
+            "waiting past its due time" if s.pending_due else "no row is due",
             " warn" if s.oldest_pending_seconds >= 60 else "",
         ),
         _Tile(
@@ -239,9 +241,10 @@ def delivery_page(
     events: Sequence[Event] = (),
     hooks: Sequence[WebhookDelivery] = (),
 ) -> str:
-    """One delivery: its state, its trace, Resend when it failed, its attempts, and its
-    verification's events with their webhook deliveries. `problem`: why a resend was
-    refused, as markup its maker built from escaped parts."""
+    """One delivery: its state, its trace, Resend when it failed, its attempts, its
+    verification's events with their webhook deliveries, and (beside notifier dev's inbox)
+    its message there. `problem`: why a resend was refused, as markup its maker built from
+    escaped parts."""
     return _render(
         "console/delivery.html",
         viewer,

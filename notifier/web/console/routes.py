@@ -64,6 +64,8 @@ console = APIRouter(prefix="/console", route_class=ScopedRoute, include_in_schem
 home = APIRouter(route_class=ScopedRoute, include_in_schema=False)
 # Where `mount` keeps NOTIFIER_TRACE_URL_TEMPLATE on the app's state.
 TRACE_URL_STATE = "trace_url"
+# The app state notifier dev sets beside its inbox: the console links to the inbox then.
+DEV_INBOX = "dev_inbox"
 
 
 def mount(app: FastAPI, *, trace_url: str | None = None, with_home: bool = True) -> None:
@@ -211,7 +213,8 @@ def _trace_url(request: Request) -> str | None:
 def _viewer(request: Request) -> Viewer:
     principal = principal_of(request.scope)
     assert principal is not None  # every console route declares a scope
-    return Viewer(principal.name, principal.may("admin"), csrf_token_of(request))
+    inbox = bool(getattr(request.app.state, DEV_INBOX, False))
+    return Viewer(principal.name, principal.may("admin"), csrf_token_of(request), inbox)
 
 
 def _html(page: str, status: int = 200) -> HTMLResponse:
