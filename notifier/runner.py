@@ -260,6 +260,8 @@ async def serve(
     pool = await create_pool(url, statement_cache_size=statement_cache_size)
     services = None
     if http is not None:
+        # The pages speak as the email does: its words, its product.
+        templates = worker.config.templates if worker is not None else Templates.from_env()
         services = Services.over(
             pool,
             http.policy,
@@ -267,6 +269,8 @@ async def serve(
             inbound=InboundSettings.from_env(),
             bounce_domain=SmtpSettings.from_env().bounce_domain,
             suppression_seconds=WorkerSettings.from_env().suppression_ttl,
+            strings=templates.strings,
+            product_name=templates.product_name,
         )
     listeners = [] if http is None or services is None else _listeners(services, http)
     transport = None if worker is None else worker.transport or _transport(worker.config)

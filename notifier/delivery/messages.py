@@ -9,7 +9,7 @@ import email.utils
 import html
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.header import Header
 from email.headerregistry import Address
@@ -27,10 +27,7 @@ from notifier.delivery.lifetimes import stated_lifetime
 from notifier.errors import ConfigError
 from notifier.locales import DEFAULT_LOCALE, fallbacks, normalize_locale
 from notifier.outcomes import Method
-from notifier.settings_spec import spec_of
-
-# The variable errors about template overrides name.
-TEMPLATE_DIR_VARIABLE = spec_of(MessageSettings, "template_dir").name
+from notifier.strings import PAGES_FILE, TEMPLATE_DIR_VARIABLE, PageStrings
 
 __all__ = [
     "METHOD_FILES",
@@ -51,10 +48,13 @@ METHOD_FILES: dict[Method, tuple[str, str, str]] = {
 }
 SUBJECT_FILE, TEXT_FILE, HTML_FILE = METHOD_FILES["link"]
 TEMPLATE_FILES = tuple(name for files in METHOD_FILES.values() for name in files)
+# What an override directory may hold: the email's templates and the pages' words.
+OVERRIDABLE = (*TEMPLATE_FILES, PAGES_FILE)
 
 # What a template may use (README.md, "The email", documents the same list):
 #   $email            the recipient's address
-#   $purpose          what is being verified, e.g. "signup"
+#   $purpose          what is being verified, in the template's language: "sign-up" for
+#                     signup (templates/<locale>/pages.toml [purposes]; others as asked)
 #   $product_name     NOTIFIER_PRODUCT_NAME
 # a link's templates (link and link_and_code):
 #   $link             the verification URL
@@ -305,6 +305,8 @@ class Templates:
     sets: Mapping[str, TemplateSet]
     product_name: str = DEFAULT_PRODUCT_NAME
     sender_name: str = DEFAULT_PRODUCT_NAME
+    # The pages' words and the purposes' (their $purpose), from the same directory.
+    strings: PageStrings = field(default_factory=lambda: PageStrings.load(None))
 
     @classmethod
     def load(
@@ -344,6 +346,7 @@ class Templates:
             sets=sets,
             product_name=product_name,
             sender_name=product_name if sender_name is None else sender_name,
+            strings=PageStrings.load(directory),
         )
 
     @classmethod
@@ -401,7 +404,7 @@ class Templates:
         values = {
             "link": link,
             "email": recipient,
-            "purpose": purpose,
+            "purpose": self.strings.for_locale(chosen.locale).purpose(purpose),
             "product_name": self.product_name,
             "expires_in": lifetime.words(chosen.locale),
             "expires_minutes": str(lifetime.minutes),
@@ -480,16 +483,16 @@ def _list_overrides(directory: Path) -> dict[str, dict[str, _Source]]:
             )
         files = {name: subdirectory / name for name in TEMPLATE_FILES}
         found[locale] = {name: path for name, path in files.items() if path.is_file()}
-        if not found[locale]:
+        if not found[locale] and not (subdirectory / PAGES_FILE).is_file():
             # Most likely misspelt file names; silently sending the defaults would hide it.
             raise ConfigError(
                 TEMPLATE_DIR_VARIABLE,
-                f"{subdirectory} holds none of {', '.join(TEMPLATE_FILES)}",
+                f"{subdirectory} holds none of {', '.join(OVERRIDABLE)}",
             )
-    if not top and not found:
+    if not top and not found and not (directory / PAGES_FILE).is_file():
         raise ConfigError(
             TEMPLATE_DIR_VARIABLE,
-            f"{directory} holds none of {', '.join(TEMPLATE_FILES)}, nor a <locale>/ "
+            f"{directory} holds none of {', '.join(OVERRIDABLE)}, nor a <locale>/ "
             "directory of them",
         )
     # en/ is explicit; the top of the directory fills in what en/ leaves out.

@@ -21,7 +21,7 @@ from notifier.dev import check as message_check
 from notifier.dev import pages as inbox_pages
 from notifier.dev.inbox import Captured, Inbox
 from notifier.dev.pages import CONFIRM_FIELD, CONFIRM_VALUE, View
-from notifier.web.access import ScopedRoute, access, csrf_token_of
+from notifier.web.access import DEV_KEY_FILE, ScopedRoute, access, csrf_token_of
 from notifier.web.console.routes import DEV_INBOX
 
 # An idle event stream sends a comment this often (seconds), so a dead client is noticed
@@ -89,7 +89,7 @@ def add_routes(
     origins (`http://127.0.0.1:8001`) whose links the check tab may fetch."""
     app.state.inbox = inbox
     setattr(app.state, DEV_INBOX, True)
-    app.state.dev_key_file = key_file
+    setattr(app.state, DEV_KEY_FILE, key_file)
     app.state.dev_probed = frozenset(origin.lower().rstrip("/") for origin in probed)
     app.include_router(routes)
 
@@ -104,7 +104,7 @@ routes = APIRouter(route_class=ScopedRoute)
 
 @routes.get("/", response_class=HTMLResponse, include_in_schema=False, **OPEN)
 async def landing(request: Request) -> HTMLResponse:
-    key_file: Path = request.app.state.dev_key_file
+    key_file: Path = getattr(request.app.state, DEV_KEY_FILE)
     page = inbox_pages.landing_page(str(request.base_url), key_file)
     return HTMLResponse(page, headers=PAGE_HEADERS)
 

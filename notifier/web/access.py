@@ -140,7 +140,7 @@ def _return_path(request: Request) -> str:
 def _refuse_unknown(request: Request) -> Response:
     if not wants_html(request):
         return unauthorized()
-    page = sign_in_response(_return_path(request), None, 401)
+    page = sign_in_response(request, _return_path(request), None, 401)
     page.headers["WWW-Authenticate"] = 'Bearer realm="notifier"'
     return page
 
@@ -155,7 +155,7 @@ def _refuse_scope(request: Request, principal: Principal, needed: Access) -> Res
         f"The key you signed in with ({principal.name}) lacks the “{needed}” scope this page "
         "needs. Sign in with a key that has it."
     )
-    page = sign_in_response(_return_path(request), problem, 403)
+    page = sign_in_response(request, _return_path(request), problem, 403)
     page.headers.update(challenge)
     return page
 
@@ -187,6 +187,8 @@ async def _csrf_checked(request: Request) -> bool:
     return token is not None and cookie is not None and sessions.csrf_valid(cookie, token)
 
 
+# Where notifier dev keeps, on the app's state, the file holding the key it made.
+DEV_KEY_FILE = "dev_key_file"
 _FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 
 
@@ -200,11 +202,15 @@ def csrf_token_of(request: Request) -> str:
     return "" if cookie is None else sessions.csrf_token(cookie)
 
 
-def sign_in_response(next_path: str, problem: str | None = None, status: int = 200) -> Response:
-    """The sign-in form, coming back to `next_path` (a local path) once signed in."""
+def sign_in_response(
+    request: Request, next_path: str, problem: str | None = None, status: int = 200
+) -> Response:
+    """The sign-in form, coming back to `next_path` (a local path) once signed in; under
+    notifier dev, pointing to the key file dev made (DEV_KEY_FILE on the app's state)."""
+    key_file = getattr(request.app.state, DEV_KEY_FILE, None)
+    page = html(pages.sign_in_page(next_path, problem, key_file and str(key_file)), status)
     # same-origin, not no-referrer: a browser posting from a no-referrer page sends
     # "Origin: null", and the form must be able to say where it comes from.
-    page = html(pages.sign_in_page(next_path, problem), status)
     page.headers["Referrer-Policy"] = "same-origin"
     return page
 

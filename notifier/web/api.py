@@ -557,8 +557,8 @@ sign_in_routes = APIRouter(route_class=ScopedRoute)
 
 
 @sign_in_routes.get("/sign-in", include_in_schema=False, **access("open"))
-async def sign_in_form(next: str = HOME_PATH) -> Response:
-    return sign_in_response(local_path(next))
+async def sign_in_form(request: Request, next: str = HOME_PATH) -> Response:
+    return sign_in_response(request, local_path(next))
 
 
 @sign_in_routes.post("/sign-in", include_in_schema=False, **access("open"))
@@ -569,10 +569,10 @@ async def sign_in(
     next: Annotated[str, Form(max_length=2000)] = HOME_PATH,
 ) -> Response:
     if not same_site(request.headers):
-        return sign_in_response(local_path(next), "Sign in from this site.", 403)
+        return sign_in_response(request, local_path(next), "Sign in from this site.", 403)
     principal = await svc.keyring.authenticate(key)
     if principal is None:
-        return sign_in_response(local_path(next), "That key is not valid.", 401)
+        return sign_in_response(request, local_path(next), "That key is not valid.", 401)
     response = RedirectResponse(local_path(next), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,

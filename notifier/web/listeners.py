@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Annotated, Any
 
 import anyio
@@ -17,12 +19,18 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notifier.config import InboundSettings, WebhookSettings, WorkerSettings
+from notifier.config import (
+    DEFAULT_PRODUCT_NAME,
+    InboundSettings,
+    WebhookSettings,
+    WorkerSettings,
+)
 from notifier.storage import migrations
 from notifier.storage.api_keys import KeyRing
 from notifier.storage.connection import Connection, Pool
 from notifier.storage.database import UNREACHABLE_MIDWAY
 from notifier.storage.queries import sql
+from notifier.strings import PageStrings
 from notifier.verifications import Policy, RequestError, Throttled
 from notifier.version import __version__
 from notifier.web.access import ScopedRoute, Sessions, access
@@ -57,6 +65,10 @@ class Services:
     bounce_domain: str | None = None
     suppression_seconds: float = field(default_factory=lambda: WorkerSettings().suppression_ttl)
     certificates: Certificates = field(default_factory=Certificates)
+    # The link pages' words in each language, and the product they name
+    # (NOTIFIER_TEMPLATE_DIR, NOTIFIER_PRODUCT_NAME: what the email says too).
+    strings: PageStrings = field(default_factory=lambda: PageStrings.load(None))
+    product_name: str = DEFAULT_PRODUCT_NAME
 
     @classmethod
     def over(
@@ -68,6 +80,8 @@ class Services:
         inbound: InboundSettings | None = None,
         bounce_domain: str | None = None,
         suppression_seconds: float | None = None,
+        strings: PageStrings | None = None,
+        product_name: str = DEFAULT_PRODUCT_NAME,
     ) -> Services:
         return cls(
             pool,
@@ -80,6 +94,8 @@ class Services:
             WorkerSettings().suppression_ttl
             if suppression_seconds is None
             else suppression_seconds,
+            strings=strings or PageStrings.load(None),
+            product_name=product_name,
         )
 
 
@@ -307,6 +323,19 @@ def install_error_handlers(app: FastAPI) -> None:
 
 # /healthz and /readyz: open on both listeners, for load balancers and orchestrators.
 probes = APIRouter(route_class=ScopedRoute)
+# The tab's icon on both listeners' pages: an envelope, what notifier sends.
+_FAVICON = resources.files("notifier").joinpath("static", "favicon.ico")
+
+
+@probes.get("/favicon.ico", include_in_schema=False, **access("open"))
+async def favicon() -> Response:
+    headers = {"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"}
+    return Response(_favicon(), 200, headers, "image/x-icon")
+
+
+@cache
+def _favicon() -> bytes:
+    return _FAVICON.read_bytes()
 
 
 @probes.get("/healthz", response_model=Health, summary="The process is up", **access("open"))

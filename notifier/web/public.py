@@ -94,7 +94,7 @@ links = APIRouter(route_class=ScopedRoute)
 async def verify_page(svc: Svc, token: Annotated[str, Query()] = "") -> HTMLResponse:
     # Changes nothing: mail scanners prefetch links.
     result = await _confirm(svc, token, apply=False)
-    return _outcome_page(result.outcome, token, result.superseded)
+    return _outcome_page(svc, result, token)
 
 
 @links.post(
@@ -114,7 +114,7 @@ async def verify_submit(svc: Svc, token: FormToken = "") -> Response:
     if back is not None:
         # Back to the app, which can trust what the signed parameters say.
         return RedirectResponse(back, status_code=303)
-    return _outcome_page(result.outcome, token, result.superseded)
+    return _outcome_page(svc, result, token)
 
 
 @links.post(
@@ -138,12 +138,12 @@ async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
     result = await _confirm(svc, token, apply=False)
     if result.renewed_here:
         # This link's fresh link went out already: pressing again sends nothing more.
-        return html(pages.resent_page(), 202)
+        return html(pages.resent_page(_reader(svc, result)), 202)
     if result.outcome != "expired":
         # A live link, one already used, or one that cannot be used: the page it shows.
-        return _outcome_page(result.outcome, token, result.superseded)
+        return _outcome_page(svc, result, token)
     if not result.renewable(svc.policy.resend_horizon):
-        return html(pages.too_old_page(), 410)
+        return html(pages.too_old_page(_reader(svc, result)), 410)
     assert result.user_id is not None and result.email is not None
     try:
         async with svc.pool.acquire(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
@@ -163,8 +163,8 @@ async def verify_resend(svc: Svc, token: FormToken = "") -> HTMLResponse:
     except RequestError:
         # The same answer whatever the reason (throttled, suppressed, ...): whoever
         # holds a link learns nothing about the address beyond it.
-        return html(pages.resend_refused_page(), 429)
-    return html(pages.resent_page(), 202)
+        return html(pages.resend_refused_page(_reader(svc, result)), 429)
+    return html(pages.resent_page(_reader(svc, result)), 202)
 
 
 @links.post(
@@ -286,14 +286,26 @@ def _return_url(svc: Services, result: Confirmation) -> str | None:
     )
 
 
-def _outcome_page(outcome: str, token: str, superseded: bool) -> HTMLResponse:
-    if outcome == "ready":
+def _reader(svc: Services, result: Confirmation) -> pages.Reader:
+    """Whom the page speaks to: the verification's language, product, address and purpose
+    (none of them for a token that names no verification of ours)."""
+    return pages.Reader(
+        svc.strings.for_locale(result.locale),
+        svc.product_name,
+        result.email,
+        result.purpose,
+    )
+
+
+def _outcome_page(svc: Services, result: Confirmation, token: str) -> HTMLResponse:
+    reader = _reader(svc, result)
+    if result.outcome == "ready":
         # A live link: nothing happens until its Confirm button is pressed.
-        return html(pages.confirm_page(token))
-    if outcome == "verified":
-        return html(pages.verified_page())
-    if outcome == "already_verified":
-        return html(pages.already_verified_page())
-    if outcome == "expired":
-        return html(pages.expired_page(token), 410)
-    return html(pages.invalid_page(superseded), 400)
+        return html(pages.confirm_page(reader, token))
+    if result.outcome == "verified":
+        return html(pages.verified_page(reader))
+    if result.outcome == "already_verified":
+        return html(pages.already_verified_page(reader))
+    if result.outcome == "expired":
+        return html(pages.expired_page(reader, token), 410)
+    return html(pages.invalid_page(reader, result.superseded), 400)

@@ -33,6 +33,7 @@ from tests.support.deliveries import policy_for_tests
 pytestmark = pytest.mark.anyio
 
 OPEN_INTERNAL = {
+    ("GET", "/favicon.ico"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/sign-in"),
@@ -47,6 +48,7 @@ PUBLIC = {
     ("POST", "/v1/verifications/confirm"),
     # Proves itself with SNS's signature over a topic NOTIFIER_SES_TOPICS names.
     ("POST", "/inbound/ses"),
+    ("GET", "/favicon.ico"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
 }
@@ -367,3 +369,11 @@ async def test_signing_in_from_another_site_is_refused(
         headers={"Origin": "https://evil.example"},
     )
     assert response.status_code == 403 and "Set-Cookie" not in response.headers
+
+
+async def test_both_listeners_serve_the_favicon_without_a_key(apps: Clients) -> None:
+    for client in (apps.internal, apps.public):
+        icon = await client.get("/favicon.ico", headers={"Authorization": ""})
+        assert icon.status_code == 200, client.base_url
+        assert icon.headers["content-type"] == "image/x-icon"
+        assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO file's header

@@ -132,3 +132,74 @@ async def test_a_fresh_link_asked_for_from_an_expired_one_keeps_its_language(
         "SELECT id FROM notifier.verifications ORDER BY created_at DESC LIMIT 1"
     )
     assert isinstance(newest, uuid.UUID) and newest != enqueued.id
+
+
+async def test_a_german_links_page_is_german_and_names_the_product_and_the_address(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    enqueued = await enqueue(db, keys, "leser@example.com", locale="de-AT")
+    token = await link_token(db, keys, enqueued.id)
+    page = await apps.public.get("/verify", params={"token": token})
+    assert page.status_code == 200
+    assert page.text.startswith("<!doctype html><html lang=de>")
+    assert "Bestätigen Sie Ihre E-Mail-Adresse" in page.text
+    assert "l***@example.com" in page.text and "leser@example.com" not in page.text
+    assert "<p class=product>notifier</p>" in page.text  # NOTIFIER_PRODUCT_NAME's default
+    assert "(Registrierung)" in page.text and "signup" not in page.text
+
+
+async def test_a_german_link_confirms_in_german(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    enqueued = await enqueue(db, keys, "leser@example.com", locale="de")
+    token = await link_token(db, keys, enqueued.id)
+    done = await apps.public.post("/verify", data={"token": token})
+    assert done.status_code == 200 and "data-outcome=verified" in done.text
+    assert "<html lang=de>" in done.text and "Ihre E-Mail-Adresse ist bestätigt" in done.text
+    again = await apps.public.get("/verify", params={"token": token})
+    assert "Diese Adresse ist bereits bestätigt" in again.text
+
+
+async def test_an_expired_german_link_offers_a_new_one_in_german(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    enqueued = await enqueue(db, keys, "leser@example.com", locale="de")
+    token = await link_token(db, keys, enqueued.id)
+    await expire_verification(db, enqueued.outbox_id)
+    page = await apps.public.get("/verify", params={"token": token})
+    assert page.status_code == 410
+    assert "Dieser Link ist abgelaufen" in page.text and ">Neuen Link senden</button>" in page.text
+    resent = await apps.public.post("/verify/resend", data={"token": token})
+    assert "Ein neuer Link ist unterwegs" in resent.text
+
+
+async def test_a_link_in_a_language_without_words_of_its_own_is_shown_in_english(
+    apps: Clients, db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    enqueued = await enqueue(db, keys, "reader@example.com", locale="fr")
+    page = await apps.public.get(
+        "/verify", params={"token": await link_token(db, keys, enqueued.id)}
+    )
+    assert "<html lang=en>" in page.text and "Confirm your email address" in page.text
+
+
+async def test_a_token_that_is_not_ours_gets_the_english_page_naming_no_address(
+    apps: Clients,
+) -> None:
+    page = await apps.public.get("/verify", params={"token": "k1.not-a-real-token"})
+    assert page.status_code == 400
+    assert "<html lang=en>" in page.text and "This link cannot be used" in page.text
+    assert "@" not in page.text.split("<body>")[1]
+
+
+async def test_a_german_email_names_its_purpose_in_german(
+    db: asyncpg.Connection, database_url: str, keys: TokenKeys, smtp_server: SmtpServer
+) -> None:
+    async with running_worker(database_url, keys, smtp_server.settings()) as worker:
+        await enqueue(db, keys, "leser@example.com", locale="de")
+        with anyio.fail_after(WAIT):
+            await recorded(worker).wait_for(lambda s: len(s.of(events.Completed)) >= 1)
+    [received] = smtp_server.received
+    text = parsed(received.content).get_body(("plain",))
+    assert text is not None
+    assert "(Registrierung)" in text.get_content() and "signup" not in text.get_content()

@@ -52,7 +52,7 @@ def test_default_templates_render_every_value() -> None:
     assert message.subject == "Confirm your email address for Acme"
     for body in (message.text, message.html):
         assert "bob@example.com" in body
-        assert "signup" in body
+        assert "sign-up" in body  # the purpose signup, in English words
         assert "60 minutes" in body
         assert "2025-06-01 12:00 UTC" in body
         assert "Acme" in body
@@ -176,7 +176,7 @@ def test_override_directory_replaces_only_the_files_it_holds(tmp_path: Path) -> 
 def test_from_env_reads_the_template_directory(tmp_path: Path) -> None:
     (tmp_path / "subject.txt").write_text("Verify for $purpose")
     templates = Templates.from_env({TEMPLATE_DIR_VARIABLE: str(tmp_path)})
-    assert compose(templates).subject == "Verify for signup"
+    assert compose(templates).subject == "Verify for sign-up"
     assert compose(Templates.from_env({})).subject == "Confirm your email address for notifier"
 
 
