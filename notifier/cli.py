@@ -38,6 +38,7 @@ from notifier.storage.database import (
     database_url,
     describe,
 )
+from notifier.version import __version__
 
 log = logging.getLogger("notifier")
 
@@ -447,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
     )
+    parser.add_argument("-V", "--version", action="version", version=f"notifier {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_service_commands(commands)
