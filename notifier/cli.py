@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -42,6 +43,27 @@ from notifier.version import __version__
 
 log = logging.getLogger("notifier")
 
+# The commands that run until stopped: their INFO lines are the record of what they did.
+# Every other command answers a person, who sees only warnings and errors unless -v asks.
+SERVICES = frozenset({"worker", "api", "inbound", "dev"})
+
+
+def log_level(command: str, verbose: bool) -> int:
+    """The lowest level a command logs at."""
+    if verbose:
+        return logging.DEBUG
+    return logging.INFO if command in SERVICES else logging.WARNING
+
+
+@contextlib.contextmanager
+def _database(settings: DatabaseSettings, *, session: bool = False) -> Iterator[str]:
+    """The URL a command for a person uses (the session URL with `session`), named in the
+    log without its credentials, so -v answers "which database did that go to?"."""
+    with database_url(settings) as url:
+        target = settings.listen_url_for(url) if session else url
+        log.info("using the database at %s", describe(target))
+        yield target
+
 
 async def _migrate(url: str, show_status: bool) -> int:
     # `url` must reach a session of its own: the migration lock is held across statements.
@@ -67,9 +89,8 @@ async def _migrate(url: str, show_status: bool) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    settings = DatabaseSettings.from_env()
-    with database_url(settings) as url:
-        return anyio.run(_migrate, settings.listen_url_for(url), args.status, backend="asyncio")
+    with _database(DatabaseSettings.from_env(), session=True) as url:
+        return anyio.run(_migrate, url, args.status, backend="asyncio")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -160,7 +181,7 @@ def cmd_suppressions(args: argparse.Namespace) -> int:
     if args.action == "clear" and not args.address:
         raise UsageError("suppressions clear needs the ADDRESS to clear")
     clear = args.address if args.action == "clear" else None
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_suppressions, url, clear, backend="asyncio")
 
 
@@ -184,7 +205,7 @@ async def _stats(url: str, args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_stats, url, args, backend="asyncio")
 
 
@@ -212,7 +233,7 @@ async def _cleanup(url: str) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_cleanup, url, backend="asyncio")
 
 
@@ -347,7 +368,7 @@ def _print_endpoints(found: list[Any], as_json: bool) -> None:
 
 
 def cmd_webhooks(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_webhooks, url, args, backend="asyncio")
 
 
@@ -365,7 +386,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         for key_id, secret in return_secrets(keys, args.id):
             print(f"{key_id} {secret}")
         return 0
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_keys, url, args, backend="asyncio")
 
 
@@ -384,7 +405,7 @@ async def _grants(url: str, role: str) -> int:
 
 
 def cmd_grants(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_grants, url, args.role, backend="asyncio")
 
 
@@ -449,7 +470,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
     )
     parser.add_argument("-V", "--version", action="version", version=f"notifier {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log everything down to debug detail (a command other than a service logs only "
+        "warnings and errors otherwise)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_service_commands(commands)
     _add_operator_commands(commands)
@@ -679,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except NotifierError as exc:
         print(f"notifier: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    configure_logging(fmt, logging.DEBUG if args.verbose else logging.INFO)
+    configure_logging(fmt, log_level(args.command, args.verbose))
     try:
         code = args.handler(args)
     except NotifierError as exc:
