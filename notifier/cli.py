@@ -456,12 +456,34 @@ _READS: dict[str, tuple[type, ...]] = {
 def _command(commands: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
     """A subcommand whose --help says what it does and every setting it reads."""
     reads = _READS[name] + (LogSettings,)
-    return commands.add_parser(  # type: ignore[no-any-return]
+    parser: argparse.ArgumentParser = commands.add_parser(
         name,
         help=summary,
         description=description,
         epilog="settings it reads (environment variables):\n" + describe_settings(reads),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_verbose(parser)
+    return parser
+
+
+def _action(actions: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """An action of a command (`keys list`, `webhooks add`): it takes -v as its command does."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, **kwargs)
+    _add_verbose(parser)
+    return parser
+
+
+def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    # Taken after the command too (`notifier migrate -v`, where a newcomer puts it); there it
+    # has no default, so leaving it out never undoes a -v given before the command.
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="log everything down to debug detail (a command other than a service logs only "
+        "warnings and errors otherwise)",
     )
 
 
@@ -470,13 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
     )
     parser.add_argument("-V", "--version", action="version", version=f"notifier {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="log everything down to debug detail (a command other than a service logs only "
-        "warnings and errors otherwise)",
-    )
+    _add_verbose(parser, default=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_service_commands(commands)
     _add_operator_commands(commands)
@@ -602,7 +618,8 @@ def _add_keys(commands: Any) -> None:
         "API keys for the internal API. The database keeps only a hash of each.",
     )
     key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = key_actions.add_parser(
+    create = _action(
+        key_actions,
         "create",
         help="create a key and print it (once)",
         description="Create an API key and print it on stdout; only its hash is kept.",
@@ -627,7 +644,8 @@ def _add_keys(commands: Any) -> None:
         help="narrow where this key's verifications may send people back to after Confirm "
         "to these prefixes within NOTIFIER_RETURN_URLS (repeat for several)",
     )
-    narrow = key_actions.add_parser(
+    narrow = _action(
+        key_actions,
         "return-urls",
         help="narrow (or, with no prefix, widen again) a key's return URLs",
         description="Where the verifications this key requests may send people back to: "
@@ -635,7 +653,8 @@ def _add_keys(commands: Any) -> None:
     )
     narrow.add_argument("id", help="the key's id")
     narrow.add_argument("prefix", nargs="*", help="URL prefixes, e.g. https://app.example.com/")
-    secret = key_actions.add_parser(
+    secret = _action(
+        key_actions,
         "return-secret",
         help="print what an app checks its return redirects' signatures with",
         description="For each NOTIFIER_TOKEN_SECRET (newest first): its key id and the "
@@ -645,17 +664,22 @@ def _add_keys(commands: Any) -> None:
     secret.add_argument(
         "id", nargs="?", help="the key's id (none: verifications made with the library call)"
     )
-    listing = key_actions.add_parser(
-        "list", help="every key: id, name, scopes, use, state", description="Every API key."
+    listing = _action(
+        key_actions,
+        "list",
+        help="every key: id, name, scopes, use, state",
+        description="Every API key.",
     )
     listing.add_argument("--json", action="store_true", help="print JSON")
-    revoke = key_actions.add_parser(
+    revoke = _action(
+        key_actions,
         "revoke",
         help="revoke a key; requests with it fail within a second",
         description="Revoke a key: requests and sessions with it fail within a second.",
     )
     revoke.add_argument("id", help="the key's id (the 12 hex digits after nfk_)")
-    key_actions.add_parser(
+    _action(
+        key_actions,
         "generate",
         help="print a new key without storing it (for a deployment's secret)",
         description="Print a new key without storing it; register it with "
@@ -673,7 +697,8 @@ def _add_webhooks(commands: Any) -> None:
         "secret, derived from NOTIFIER_TOKEN_SECRET and never stored.",
     )
     actions = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add = actions.add_parser(
+    add = _action(
+        actions,
         "add",
         help="register an endpoint; prints its id and secret (once)",
         description="Register an https endpoint (every address it resolves to must be public "
@@ -684,15 +709,15 @@ def _add_webhooks(commands: Any) -> None:
         "--events", metavar="TYPE,...", help="only these event types (default: every type)"
     )
     add.add_argument("--description", help="who it is for")
-    listing = actions.add_parser("list", help="every endpoint and its health")
+    listing = _action(actions, "list", help="every endpoint and its health")
     listing.add_argument("--json", action="store_true", help="print JSON")
     for name, summary in (
         ("remove", "remove an endpoint, with its deliveries"),
         ("rotate", "a new secret (printed once); the old one signs beside it for a while"),
         ("enable", "enable a disabled endpoint; its waiting deliveries go out"),
     ):
-        action = actions.add_parser(
-            name, help=summary, description=summary[0].upper() + summary[1:] + "."
+        action = _action(
+            actions, name, help=summary, description=summary[0].upper() + summary[1:] + "."
         )
         action.add_argument("id", help="the endpoint's id")
     hooks.set_defaults(handler=cmd_webhooks)

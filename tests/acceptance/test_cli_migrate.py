@@ -52,6 +52,13 @@ async def test_migrate_with_verbose_logs_each_migration_it_applies(
     assert log_records(result.stdout) == []  # stdout stays the command's answer
 
 
+async def test_migrate_takes_verbose_after_the_command_too(empty_database_url: str) -> None:
+    result = await run_cli("migrate", "-v", env={"NOTIFIER_DATABASE_URL": empty_database_url})
+    assert result.returncode == 0, result.stderr
+    logged = [r["msg"] for r in log_records(result.stderr) if r["level"] == "info"]
+    assert "applied migration 0001_verifications_outbox" in logged
+
+
 async def test_migrate_still_warns_by_default_of_migrations_this_release_does_not_know(
     database_url: str,
 ) -> None:

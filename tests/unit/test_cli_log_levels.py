@@ -33,3 +33,23 @@ def test_a_command_for_a_person_logs_only_warnings_and_errors(command: str) -> N
 @pytest.mark.parametrize("command", _commands())
 def test_verbose_logs_debug_detail_for_every_command(command: str) -> None:
     assert log_level(command, verbose=True) == logging.DEBUG
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-v", "migrate"],
+        ["migrate", "-v"],
+        ["stats", "--json", "--verbose"],
+        ["keys", "-v", "list"],
+        ["keys", "list", "-v"],
+        ["webhooks", "remove", "some-id", "-v"],
+    ],
+)
+def test_verbose_is_taken_before_or_after_the_command(argv: list[str]) -> None:
+    assert build_parser().parse_args(argv).verbose is True
+
+
+@pytest.mark.parametrize("argv", [["migrate"], ["keys", "list"], ["webhooks", "list"]])
+def test_without_verbose_a_command_is_not_verbose(argv: list[str]) -> None:
+    assert build_parser().parse_args(argv).verbose is False
