@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -38,8 +39,30 @@ from notifier.storage.database import (
     database_url,
     describe,
 )
+from notifier.version import __version__
 
 log = logging.getLogger("notifier")
+
+# The commands that run until stopped: their INFO lines are the record of what they did.
+# Every other command answers a person, who sees only warnings and errors unless -v asks.
+SERVICES = frozenset({"worker", "api", "inbound", "dev"})
+
+
+def log_level(command: str, verbose: bool) -> int:
+    """The lowest level a command logs at."""
+    if verbose:
+        return logging.DEBUG
+    return logging.INFO if command in SERVICES else logging.WARNING
+
+
+@contextlib.contextmanager
+def _database(settings: DatabaseSettings, *, session: bool = False) -> Iterator[str]:
+    """The URL a command for a person uses (the session URL with `session`), named in the
+    log without its credentials, so -v answers "which database did that go to?"."""
+    with database_url(settings) as url:
+        target = settings.listen_url_for(url) if session else url
+        log.info("using the database at %s", describe(target))
+        yield target
 
 
 async def _migrate(url: str, show_status: bool) -> int:
@@ -66,9 +89,8 @@ async def _migrate(url: str, show_status: bool) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    settings = DatabaseSettings.from_env()
-    with database_url(settings) as url:
-        return anyio.run(_migrate, settings.listen_url_for(url), args.status, backend="asyncio")
+    with _database(DatabaseSettings.from_env(), session=True) as url:
+        return anyio.run(_migrate, url, args.status, backend="asyncio")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -159,7 +181,7 @@ def cmd_suppressions(args: argparse.Namespace) -> int:
     if args.action == "clear" and not args.address:
         raise UsageError("suppressions clear needs the ADDRESS to clear")
     clear = args.address if args.action == "clear" else None
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_suppressions, url, clear, backend="asyncio")
 
 
@@ -183,7 +205,7 @@ async def _stats(url: str, args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_stats, url, args, backend="asyncio")
 
 
@@ -211,7 +233,7 @@ async def _cleanup(url: str) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_cleanup, url, backend="asyncio")
 
 
@@ -346,7 +368,7 @@ def _print_endpoints(found: list[Any], as_json: bool) -> None:
 
 
 def cmd_webhooks(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_webhooks, url, args, backend="asyncio")
 
 
@@ -364,7 +386,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         for key_id, secret in return_secrets(keys, args.id):
             print(f"{key_id} {secret}")
         return 0
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_keys, url, args, backend="asyncio")
 
 
@@ -383,7 +405,7 @@ async def _grants(url: str, role: str) -> int:
 
 
 def cmd_grants(args: argparse.Namespace) -> int:
-    with database_url(DatabaseSettings.from_env()) as url:
+    with _database(DatabaseSettings.from_env()) as url:
         return anyio.run(_grants, url, args.role, backend="asyncio")
 
 
@@ -434,12 +456,34 @@ _READS: dict[str, tuple[type, ...]] = {
 def _command(commands: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
     """A subcommand whose --help says what it does and every setting it reads."""
     reads = _READS[name] + (LogSettings,)
-    return commands.add_parser(  # type: ignore[no-any-return]
+    parser: argparse.ArgumentParser = commands.add_parser(
         name,
         help=summary,
         description=description,
         epilog="settings it reads (environment variables):\n" + describe_settings(reads),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_verbose(parser)
+    return parser
+
+
+def _action(actions: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """An action of a command (`keys list`, `webhooks add`): it takes -v as its command does."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, **kwargs)
+    _add_verbose(parser)
+    return parser
+
+
+def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    # Taken after the command too (`notifier migrate -v`, where a newcomer puts it); there it
+    # has no default, so leaving it out never undoes a -v given before the command.
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="log everything down to debug detail (a command other than a service logs only "
+        "warnings and errors otherwise)",
     )
 
 
@@ -447,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notifier", description="Email-verification delivery over a PostgreSQL outbox."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    parser.add_argument("-V", "--version", action="version", version=f"notifier {__version__}")
+    _add_verbose(parser, default=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_service_commands(commands)
     _add_operator_commands(commands)
@@ -573,7 +618,8 @@ def _add_keys(commands: Any) -> None:
         "API keys for the internal API. The database keeps only a hash of each.",
     )
     key_actions = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = key_actions.add_parser(
+    create = _action(
+        key_actions,
         "create",
         help="create a key and print it (once)",
         description="Create an API key and print it on stdout; only its hash is kept.",
@@ -598,7 +644,8 @@ def _add_keys(commands: Any) -> None:
         help="narrow where this key's verifications may send people back to after Confirm "
         "to these prefixes within NOTIFIER_RETURN_URLS (repeat for several)",
     )
-    narrow = key_actions.add_parser(
+    narrow = _action(
+        key_actions,
         "return-urls",
         help="narrow (or, with no prefix, widen again) a key's return URLs",
         description="Where the verifications this key requests may send people back to: "
@@ -606,7 +653,8 @@ def _add_keys(commands: Any) -> None:
     )
     narrow.add_argument("id", help="the key's id")
     narrow.add_argument("prefix", nargs="*", help="URL prefixes, e.g. https://app.example.com/")
-    secret = key_actions.add_parser(
+    secret = _action(
+        key_actions,
         "return-secret",
         help="print what an app checks its return redirects' signatures with",
         description="For each NOTIFIER_TOKEN_SECRET (newest first): its key id and the "
@@ -616,17 +664,22 @@ def _add_keys(commands: Any) -> None:
     secret.add_argument(
         "id", nargs="?", help="the key's id (none: verifications made with the library call)"
     )
-    listing = key_actions.add_parser(
-        "list", help="every key: id, name, scopes, use, state", description="Every API key."
+    listing = _action(
+        key_actions,
+        "list",
+        help="every key: id, name, scopes, use, state",
+        description="Every API key.",
     )
     listing.add_argument("--json", action="store_true", help="print JSON")
-    revoke = key_actions.add_parser(
+    revoke = _action(
+        key_actions,
         "revoke",
         help="revoke a key; requests with it fail within a second",
         description="Revoke a key: requests and sessions with it fail within a second.",
     )
     revoke.add_argument("id", help="the key's id (the 12 hex digits after nfk_)")
-    key_actions.add_parser(
+    _action(
+        key_actions,
         "generate",
         help="print a new key without storing it (for a deployment's secret)",
         description="Print a new key without storing it; register it with "
@@ -644,7 +697,8 @@ def _add_webhooks(commands: Any) -> None:
         "secret, derived from NOTIFIER_TOKEN_SECRET and never stored.",
     )
     actions = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add = actions.add_parser(
+    add = _action(
+        actions,
         "add",
         help="register an endpoint; prints its id and secret (once)",
         description="Register an https endpoint (every address it resolves to must be public "
@@ -655,15 +709,15 @@ def _add_webhooks(commands: Any) -> None:
         "--events", metavar="TYPE,...", help="only these event types (default: every type)"
     )
     add.add_argument("--description", help="who it is for")
-    listing = actions.add_parser("list", help="every endpoint and its health")
+    listing = _action(actions, "list", help="every endpoint and its health")
     listing.add_argument("--json", action="store_true", help="print JSON")
     for name, summary in (
         ("remove", "remove an endpoint, with its deliveries"),
         ("rotate", "a new secret (printed once); the old one signs beside it for a while"),
         ("enable", "enable a disabled endpoint; its waiting deliveries go out"),
     ):
-        action = actions.add_parser(
-            name, help=summary, description=summary[0].upper() + summary[1:] + "."
+        action = _action(
+            actions, name, help=summary, description=summary[0].upper() + summary[1:] + "."
         )
         action.add_argument("id", help="the endpoint's id")
     hooks.set_defaults(handler=cmd_webhooks)
@@ -677,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except NotifierError as exc:
         print(f"notifier: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    configure_logging(fmt, logging.DEBUG if args.verbose else logging.INFO)
+    configure_logging(fmt, log_level(args.command, args.verbose))
     try:
         code = args.handler(args)
     except NotifierError as exc:

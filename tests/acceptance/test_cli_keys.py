@@ -9,7 +9,8 @@ import asyncpg
 import pytest
 
 from notifier.storage import api_keys
-from tests.support.cli import run_cli
+from notifier.storage.database import describe
+from tests.support.cli import log_records, run_cli
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +54,27 @@ async def test_list_shows_scopes_last_use_and_revocation(
     [line] = listed.stdout.splitlines()
     assert line.startswith(f"{new.id}\tprometheus\tmetrics\t")
     assert "last used never" in line and "revoked" in line
+
+
+async def test_list_prints_no_log_line_by_default(database_url: str) -> None:
+    result = await run_cli("keys", "list", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert result.returncode == 0, result.stderr
+    assert "no API keys" in result.stdout
+    assert log_records(result.stdout, result.stderr) == []
+
+
+async def test_list_with_verbose_logs_which_database_it_uses(database_url: str) -> None:
+    result = await run_cli("-v", "keys", "list", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert result.returncode == 0, result.stderr
+    logged = [r["msg"] for r in log_records(result.stderr) if r["level"] == "info"]
+    assert logged == [f"using the database at {describe(database_url)}"]
+
+
+async def test_create_prints_no_log_line_by_default(database_url: str) -> None:
+    result = await run_cli("keys", "create", "app", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert result.returncode == 0, result.stderr
+    assert KEY.match(result.stdout.strip())
+    assert log_records(result.stdout, result.stderr) == []
 
 
 async def test_revoking_an_unknown_key_is_a_clear_error(database_url: str) -> None:

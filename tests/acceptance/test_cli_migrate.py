@@ -7,7 +7,7 @@ import asyncpg
 import pytest
 
 from notifier.storage import migrations
-from tests.support.cli import Result, run_cli
+from tests.support.cli import Result, log_records, run_cli
 
 pytestmark = pytest.mark.anyio
 
@@ -33,6 +33,47 @@ async def test_migrate_twice_exits_zero_and_leaves_one_schema(empty_database_url
     assert "applied 0001_" in first.stdout
     assert "up to date" in second.stdout
     assert await _ledger(empty_database_url) == [m.version for m in migrations.discover()]
+
+
+async def test_migrate_prints_no_log_line_by_default(empty_database_url: str) -> None:
+    result = await run_cli("migrate", env={"NOTIFIER_DATABASE_URL": empty_database_url})
+    assert result.returncode == 0, result.stderr
+    assert "applied 0001_" in result.stdout
+    assert log_records(result.stdout, result.stderr) == []
+
+
+async def test_migrate_with_verbose_logs_each_migration_it_applies(
+    empty_database_url: str,
+) -> None:
+    result = await run_cli("-v", "migrate", env={"NOTIFIER_DATABASE_URL": empty_database_url})
+    assert result.returncode == 0, result.stderr
+    logged = [r["msg"] for r in log_records(result.stderr) if r["level"] == "info"]
+    assert "applied migration 0001_verifications_outbox" in logged
+    assert log_records(result.stdout) == []  # stdout stays the command's answer
+
+
+async def test_migrate_takes_verbose_after_the_command_too(empty_database_url: str) -> None:
+    result = await run_cli("migrate", "-v", env={"NOTIFIER_DATABASE_URL": empty_database_url})
+    assert result.returncode == 0, result.stderr
+    logged = [r["msg"] for r in log_records(result.stderr) if r["level"] == "info"]
+    assert "applied migration 0001_verifications_outbox" in logged
+
+
+async def test_migrate_still_warns_by_default_of_migrations_this_release_does_not_know(
+    database_url: str,
+) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO notifier.schema_migrations (version, name, checksum) "
+            "VALUES (9999, 'from_a_newer_release', 'f00d')"
+        )
+    finally:
+        await conn.close()
+    result = await run_cli("migrate", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert result.returncode == 0, result.stderr
+    warned = [r["msg"] for r in log_records(result.stderr) if r["level"] == "warning"]
+    assert warned == ["the database has migrations this release does not know: 9999"]
 
 
 async def test_migrate_goes_to_the_listen_url_which_keeps_a_session(

@@ -6,8 +6,9 @@ import asyncpg
 import orjson
 import pytest
 
+from notifier.storage.database import describe
 from notifier.tokens import TokenKeys
-from tests.support.cli import run_cli
+from tests.support.cli import log_records, run_cli
 from tests.support.deliveries import enqueue
 
 pytestmark = pytest.mark.anyio
@@ -62,6 +63,20 @@ async def test_stats_alerts_on_expired_leases(
     result = await run_cli("stats", "--json", env=env)
     assert result.returncode == 1
     assert "expired leases" in orjson.loads(result.stdout)["alerts"][0]
+
+
+async def test_stats_prints_no_log_line_by_default(database_url: str) -> None:
+    result = await run_cli("stats", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert result.returncode == 0, result.stderr
+    assert "Queue now" in result.stdout
+    assert log_records(result.stdout, result.stderr) == []
+
+
+async def test_stats_with_verbose_logs_which_database_it_uses(database_url: str) -> None:
+    result = await run_cli("-v", "stats", env={"NOTIFIER_DATABASE_URL": database_url})
+    assert result.returncode == 0, result.stderr
+    logged = [r["msg"] for r in log_records(result.stderr) if r["level"] == "info"]
+    assert logged == [f"using the database at {describe(database_url)}"]
 
 
 async def test_cleanup_reports_what_it_did(database_url: str) -> None:

@@ -71,7 +71,8 @@ async def test_second_process_uses_the_owners_server_without_stopping_it(
     holder = _start_holder(tmp_path)
     try:
         env = {"NOTIFIER_DATA_DIR": str(tmp_path)}
-        applied = await run_cli("migrate", env=env)
+        # -v: which server a command for a person uses is INFO detail, logged only when asked.
+        applied = await run_cli("-v", "migrate", env=env)
         assert applied.returncode == 0, applied.stderr
         assert f"that process {holder.pid} runs" in applied.stderr
         status = await run_cli("migrate", "--status", env=env)

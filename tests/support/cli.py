@@ -9,10 +9,11 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
+import orjson
 
 NOTIFIER = [sys.executable, "-m", "notifier"]
 # A CLI call that takes longer than this has hung.
@@ -31,6 +32,20 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFIER_", "OTEL_"))}
     env.update(extra or {})
     return env
+
+
+def log_records(*outputs: str) -> list[dict[str, Any]]:
+    """The JSON log lines in a command's outputs, parsed (its own JSON, indented, has no line
+    that is a whole object with a level and a logger)."""
+    records = []
+    for line in "\n".join(outputs).splitlines():
+        try:
+            parsed = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(parsed, dict) and {"level", "logger"} <= parsed.keys():
+            records.append(parsed)
+    return records
 
 
 async def run_cli(
