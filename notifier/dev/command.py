@@ -34,11 +34,12 @@ from notifier.config import (
 from notifier.delivery.mailer import SmtpTransport
 from notifier.delivery.messages import Templates
 from notifier.dev import web as inbox_web
+from notifier.dev.activity import Activity, quiet_logs
 from notifier.dev.inbox import INBOX_DIRECTORY, Inbox
 from notifier.errors import ConfigError
 from notifier.inbound.server import InboundListener, ReportIntake
 from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
-from notifier.settings_spec import is_set
+from notifier.settings_spec import Env, is_set, spec_of
 from notifier.storage import api_keys, migrations
 from notifier.storage.database import connect, create_pool
 from notifier.tokens import TokenKeys
@@ -109,6 +110,47 @@ def refuse_remote(api: ApiSettings, allow_remote: bool) -> None:
             )
 
 
+# The settings dev replaces with its own, and why: one line names those the user set, so a
+# setting that does nothing here is not silently ignored.
+REPLACED: tuple[tuple[tuple[tuple[type, str], ...], str], ...] = (
+    (
+        (
+            (SmtpSettings, "mail_from"),
+            (SmtpSettings, "host"),
+            (SmtpSettings, "port"),
+            (SmtpSettings, "tls"),
+            (SmtpSettings, "username"),
+            (SmtpSettings, "password"),
+            (SmtpSettings, "message_id_domain"),
+            (WorkerSettings, "transport"),
+        ),
+        f"notifier dev sends to its own inbox as {DEV_MAIL_FROM}",
+    ),
+    (
+        ((WebhookSettings, "allow_private"),),
+        "notifier dev lets webhooks reach this machine's own addresses",
+    ),
+)
+
+
+def ignored_settings(env: Env | None = None) -> list[str]:
+    """One line for each group of replaced settings the user set, naming them."""
+    lines = []
+    for fields, why in REPLACED:
+        names = [spec_of(group, name).name for group, name in fields if is_set(group, name, env)]
+        if names:
+            lines.append(f"ignoring {', '.join(names)}: {why}")
+    return lines
+
+
+def ready_block(rows: list[tuple[str, str]]) -> str:
+    """The ready message: a labelled line for each address, so each can be read (and
+    copied) on its own."""
+    width = max(len(label) for label, _ in rows)
+    body = "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
+    return f"notifier dev is ready\n{body}\nCtrl-C to stop"
+
+
 async def run_dev(
     url: str,
     shown_database: str,
@@ -119,6 +161,10 @@ async def run_dev(
 ) -> None:
     """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
     (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
+    quiet_logs()
+    activity = Activity()
+    for line in ignored_settings():
+        print(line, flush=True)
     database = DatabaseSettings.from_env()
     tokens = _tokens(api, database.data_dir)
     key = dev_key(database.data_dir)
@@ -154,13 +200,17 @@ async def run_dev(
 
     def ready(listeners: list[Listener]) -> None:
         internal = listeners[0].url
-        print(
-            f"notifier dev: API {internal} (key {key}) · links {tokens.public_url} · "
-            f"inbox {internal}/dev/inbox · console {internal}/console · "
-            f"bounces smtp://127.0.0.1:{inbound_port} · "
-            f"database {shown_database} · Ctrl-C to stop",
-            flush=True,
-        )
+        key_file = database.data_dir / API_KEY_FILE
+        rows = [
+            ("API", internal),
+            ("key", f"{key}  (also in {key_file})"),
+            ("inbox", f"{internal}/dev/inbox"),
+            ("console", f"{internal}/console"),
+            ("links", tokens.public_url),
+            ("bounces", f"smtp://127.0.0.1:{inbound_port}"),
+            ("database", shown_database),
+        ]
+        print(ready_block(rows), flush=True)
 
     reports_pool = await create_pool(url, max_size=2)
     inbound_settings = InboundSettings.from_env()
@@ -179,16 +229,19 @@ async def run_dev(
         "127.0.0.1", inbound_settings.port if is_set(InboundSettings, "port") else 0
     )
     try:
-        await serve(
-            url,
-            "notifier-dev",
-            database.statement_cache_size,
-            http=http,
-            worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp)),
-            # The inbox ends its open event streams, or the server would wait on them.
-            also_stop=[inbox.close],
-            on_ready=ready,
-        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(activity.follow, url)
+            await serve(
+                url,
+                "notifier-dev",
+                database.statement_cache_size,
+                http=http,
+                worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp), observer=activity),
+                # The inbox ends its open event streams, or the server would wait on them.
+                also_stop=[inbox.close],
+                on_ready=ready,
+            )
+            tg.cancel_scope.cancel()
         log.info("notifier dev stopped")
     finally:
         with anyio.CancelScope(shield=True):

@@ -67,6 +67,14 @@ async def events_after(conn: Runner, cursor: Cursor, limit: int) -> list[Event]:
     return [_event(r, Cursor(int(r["tx"]), r["id"])) for r in rows]
 
 
+async def feed_end(conn: Runner) -> Cursor:
+    """A cursor before every event yet to be readable: events_after it skips the history."""
+    oldest_open = int(await conn.fetchval(sql("events_end")))
+    # Every event of a transaction older than the oldest still open is behind this cursor;
+    # an event id is never greater than the largest bigint.
+    return Cursor(oldest_open - 1, 2**63 - 1)
+
+
 async def events_of_verification(conn: Runner, verification_id: uuid.UUID) -> list[Event]:
     """A verification's events, oldest first."""
     return [_event(r) for r in await conn.fetch(sql("events_of_verification"), verification_id)]

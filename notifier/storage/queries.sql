@@ -701,6 +701,11 @@ WHERE (e.tx, e.id) > ($1::xid8, $2::bigint)
 ORDER BY e.tx, e.id
 LIMIT $3;
 
+-- name: events_end
+-- No parameters. The oldest transaction still open (or the next to start): a reader that
+-- starts here with events_after sees the events committed from now on, not the history.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text;
+
 -- name: events_of_verification
 -- $1: verification id. Its events, oldest first (the console's page of it).
 SELECT e.id, e.uid, e.type, e.verification_id, e.occurred_at, e.data
