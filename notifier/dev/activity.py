@@ -36,6 +36,8 @@ CHANNEL = "notifier_events"
 # The feed never reads past a transaction still open: a notification heard while another one
 # was open reads nothing, so the feed is read again this often without one.
 POLL_SECONDS = 1.0
+# Seconds before a failed feed connection is opened again.
+RETRY_SECONDS = 2.0
 # Words of the event types a person wants to see in dev, as the lines name them.
 SHOWN = {
     "verification.created": "accepted",
@@ -66,6 +68,8 @@ class Activity:
         self._verifications: dict[int, uuid.UUID] = {}
         # The last reply to each verification's send, shown again on its failed line.
         self._replies: dict[uuid.UUID, str] = {}
+        # How far the event feed was read, so a new connection reads on from there.
+        self._cursor = event_feed.START
 
     def line(self, word: str, style: str, subject: str, *details: str) -> None:
         """`12:00:01 sent       232b78d6  250 OK`: the words of others escaped."""
@@ -103,33 +107,48 @@ class Activity:
     async def follow(
         self, url: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Print each event committed from now on, until cancelled."""
+        """Print each event committed from now on, until cancelled. A failed connection is
+        opened again and read on from where it got to: these lines never stop the service."""
         conn: Listening = await connect(url)
-        try:
+        self._cursor = await event_feed.feed_end(conn)
+        task_status.started()
+        while True:
+            try:
+                await self._follow_on(conn)
+            except Exception as exc:
+                log.warning("dev activity lines paused: the event feed failed (%s)", exc)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+            conn = await self._reconnect(url)
+
+    async def _follow_on(self, conn: Listening) -> None:
+        """Read the feed on `conn` as notifications wake it, until it fails."""
+        wake = anyio.Event()
+
+        def heard(*_: Any) -> None:
+            wake.set()
+
+        await conn.add_listener(CHANNEL, heard)
+        while True:
+            with anyio.move_on_after(POLL_SECONDS):
+                await wake.wait()
+            # A notification heard from here on wakes the next wait; what it names is read
+            # by the read below or the next.
             wake = anyio.Event()
+            for event in await event_feed.events_after(conn, self._cursor, event_feed.MAX_PAGE):
+                self._cursor = event.cursor or self._cursor
+                await self._tell(conn, event)
 
-            def heard(*_: Any) -> None:
-                wake.set()
-
-            await conn.add_listener(CHANNEL, heard)
-            cursor = await event_feed.feed_end(conn)
-            task_status.started()
-            while True:
-                with anyio.move_on_after(POLL_SECONDS):
-                    await wake.wait()
-                # A notification heard from here on wakes the next wait; what it names is
-                # read by the read below or the next.
-                wake = anyio.Event()
-                cursor = await self._read(conn, cursor)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-
-    async def _read(self, conn: Listening, cursor: event_feed.Cursor) -> event_feed.Cursor:
-        for event in await event_feed.events_after(conn, cursor, event_feed.MAX_PAGE):
-            cursor = event.cursor or cursor
-            await self._tell(conn, event)
-        return cursor
+    async def _reconnect(self, url: str) -> Listening:
+        while True:
+            await anyio.sleep(RETRY_SECONDS)
+            try:
+                conn: Listening = await connect(url)
+            except Exception as exc:
+                log.warning("dev activity lines paused: cannot reach the database (%s)", exc)
+                continue
+            return conn
 
     async def _tell(self, conn: Listening, event: event_feed.Event) -> None:
         word = SHOWN.get(event.type)
