@@ -212,27 +212,37 @@ async def test_dev_names_no_ignored_setting_when_none_is_set(dev_env: dict[str, 
         assert not [line for line in cli.stdout_lines if line.startswith("ignoring ")]
 
 
+async def bounced(api: httpx.AsyncClient, ready: Ready) -> str:
+    """A verification sent to dev's inbox, then refused by a DSN mailed to its own return
+    path at dev's inbound listener; its id."""
+    verification = await request(api, "ada@example.org")
+    status = ""
+    with anyio.fail_after(WAIT):
+        while status != "sent":
+            await anyio.sleep(0.1)
+            status = (await api.get(f"/v1/verifications/{verification}")).json()["status"]
+    [listed] = (await api.get("/dev/inbox.json")).json()
+    raw = (await api.get(f"/dev/inbox/{listed['number']}/raw")).content
+    return_path = re.search(rb"Return-Path: <([^>]+)>", raw)
+    assert return_path and return_path.group(1).endswith(b"@bounces.localhost")
+    to = return_path.group(1).decode()
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=ready.bounces_port)
+    async with smtp:
+        await smtp.sendmail("MAILER-DAEMON@localhost", [to], dsn(to, "ada@example.org"))
+    return verification
+
+
 async def test_dev_takes_a_bounce_mailed_to_a_deliverys_own_return_path(
     dev_env: dict[str, str],
 ) -> None:
     async with dev_running(dev_env) as (_, ready, api):
-        created = await api.post(
-            "/v1/verifications",
-            json={"user_id": "ada", "email": "ada@example.org"},
-            headers={"Idempotency-Key": "bounce-1"},
-        )
-        verification = f"/v1/verifications/{created.json()['id']}"
-        status = ""
-        with anyio.fail_after(WAIT):
-            while status != "sent":
-                await anyio.sleep(0.1)
-                status = (await api.get(verification)).json()["status"]
-        [listed] = (await api.get("/dev/inbox.json")).json()
-        raw = (await api.get(f"/dev/inbox/{listed['number']}/raw")).content
-        return_path = re.search(rb"Return-Path: <([^>]+)>", raw)
-        assert return_path and return_path.group(1).endswith(b"@bounces.localhost")
-        to = return_path.group(1).decode()
-        smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=ready.bounces_port)
-        async with smtp:
-            await smtp.sendmail("MAILER-DAEMON@localhost", [to], dsn(to, "ada@example.org"))
-        assert (await api.get(verification)).json()["status"] == "bounced"
+        verification = await bounced(api, ready)
+        status = (await api.get(f"/v1/verifications/{verification}")).json()["status"]
+    assert status == "bounced"
+
+
+async def test_dev_prints_a_failed_line_with_its_reason(dev_env: dict[str, str]) -> None:
+    async with dev_running(dev_env) as (cli, ready, api):
+        verification = await bounced(api, ready)
+        line = await activity_line(cli, "failed", verification)
+    assert line.split()[3:] == ["bounced"], line
