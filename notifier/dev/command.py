@@ -39,7 +39,7 @@ from notifier.dev.inbox import INBOX_DIRECTORY, Inbox
 from notifier.errors import ConfigError
 from notifier.inbound.server import InboundListener, ReportIntake
 from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
-from notifier.settings_spec import Env, is_set, spec_of
+from notifier.settings_spec import Env, is_set, spec_of, value_of
 from notifier.storage import api_keys, migrations
 from notifier.storage.database import connect, create_pool
 from notifier.tokens import TokenKeys
@@ -133,14 +133,32 @@ REPLACED: tuple[tuple[tuple[tuple[type, str], ...], str], ...] = (
 )
 
 
+# Replaced settings whose value may already be dev's own: set so, nothing is ignored.
+DEV_VALUES: dict[tuple[type, str], object] = {
+    (SmtpSettings, "mail_from"): DEV_MAIL_FROM,
+    (WorkerSettings, "transport"): "smtp",
+    (WebhookSettings, "allow_private"): True,
+}
+
+
 def ignored_settings(env: Env | None = None) -> list[str]:
     """One line for each group of replaced settings the user set, naming them."""
     lines = []
     for fields, why in REPLACED:
-        names = [spec_of(group, name).name for group, name in fields if is_set(group, name, env)]
+        names = [
+            spec_of(group, name).name
+            for group, name in fields
+            if is_set(group, name, env) and not _as_dev_has_it(group, name, env)
+        ]
         if names:
             lines.append(f"ignoring {', '.join(names)}: {why}")
     return lines
+
+
+def _as_dev_has_it(group: type, name: str, env: Env | None) -> bool:
+    if (group, name) not in DEV_VALUES:
+        return False
+    return bool(value_of(group, name, env) == DEV_VALUES[group, name])
 
 
 def ready_block(rows: list[tuple[str, str]]) -> str:

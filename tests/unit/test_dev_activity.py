@@ -67,6 +67,13 @@ def test_dev_names_no_setting_when_none_it_replaces_is_set() -> None:
     assert ignored_settings({"NOTIFIER_API_PORT": "9000"}) == []
 
 
+def test_dev_names_no_setting_set_to_the_value_dev_gives_it() -> None:
+    env = {"NOTIFIER_WEBHOOK_ALLOW_PRIVATE": "true", "NOTIFIER_TRANSPORT": "smtp"}
+    assert ignored_settings(env) == []
+    [line] = ignored_settings({"NOTIFIER_WEBHOOK_ALLOW_PRIVATE": "false"})
+    assert line.startswith("ignoring NOTIFIER_WEBHOOK_ALLOW_PRIVATE: ")
+
+
 def test_the_ready_block_lines_up_its_labels() -> None:
     block = ready_block([("API", "http://127.0.0.1:8000"), ("database", "postgresql://x")])
     assert block.splitlines() == [
