@@ -68,11 +68,11 @@ async def events_after(conn: Runner, cursor: Cursor, limit: int) -> list[Event]:
 
 
 async def feed_end(conn: Runner) -> Cursor:
-    """A cursor before every event yet to be readable: events_after it skips the history."""
-    oldest_open = int(await conn.fetchval(sql("events_end")))
-    # Every event of a transaction older than the oldest still open is behind this cursor;
-    # an event id is never greater than the largest bigint.
-    return Cursor(oldest_open - 1, 2**63 - 1)
+    """Where a reader that wants only what is committed from now on starts: after the newest
+    event. (One a transaction still open writes may sort before it and is then not read:
+    right for a live view such as dev's, never for a consumer that must see everything.)"""
+    row = await conn.fetchrow(sql("events_end"))
+    return START if row is None else Cursor(int(row["tx"]), row["id"])
 
 
 async def events_of_verification(conn: Runner, verification_id: uuid.UUID) -> list[Event]:

@@ -702,9 +702,12 @@ ORDER BY e.tx, e.id
 LIMIT $3;
 
 -- name: events_end
--- No parameters. The oldest transaction still open (or the next to start): a reader that
--- starts here with events_after sees the events committed from now on, not the history.
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text;
+-- No parameters. The newest committed event's place in commit order (no row: none yet), for
+-- a reader that wants the events from now on, not the history.
+SELECT e.tx::text AS tx, e.id
+FROM notifier.events e
+ORDER BY e.tx DESC, e.id DESC
+LIMIT 1;
 
 -- name: events_of_verification
 -- $1: verification id. Its events, oldest first (the console's page of it).
