@@ -9,6 +9,7 @@ and the README's commands survive restarts. Loopback only, unless told otherwise
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import logging
 import os
@@ -110,10 +111,18 @@ def refuse_remote(api: ApiSettings, allow_remote: bool) -> None:
             )
 
 
-# The settings dev replaces with its own, and why: one line names those the user set, so a
-# setting that does nothing here is not silently ignored.
-REPLACED: tuple[tuple[tuple[tuple[type, str], ...], str], ...] = (
-    (
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replaced:
+    """Settings dev replaces with its own (by group and field), and why."""
+
+    settings: tuple[tuple[type, str], ...]
+    why: str
+
+
+# One line names those of each the user set, so a setting that does nothing here is not
+# silently ignored.
+REPLACED = (
+    Replaced(
         (
             (SmtpSettings, "mail_from"),
             (SmtpSettings, "host"),
@@ -126,7 +135,7 @@ REPLACED: tuple[tuple[tuple[tuple[type, str], ...], str], ...] = (
         ),
         f"notifier dev sends to its own inbox as {DEV_MAIL_FROM}",
     ),
-    (
+    Replaced(
         ((WebhookSettings, "allow_private"),),
         "notifier dev lets webhooks reach this machine's own addresses",
     ),
@@ -144,14 +153,14 @@ DEV_VALUES: dict[tuple[type, str], object] = {
 def ignored_settings(env: Env | None = None) -> list[str]:
     """One line for each group of replaced settings the user set, naming them."""
     lines = []
-    for fields, why in REPLACED:
+    for replaced in REPLACED:
         names = [
             spec_of(group, name).name
-            for group, name in fields
+            for group, name in replaced.settings
             if is_set(group, name, env) and not _as_dev_has_it(group, name, env)
         ]
         if names:
-            lines.append(f"ignoring {', '.join(names)}: {why}")
+            lines.append(f"ignoring {', '.join(names)}: {replaced.why}")
     return lines
 
 
@@ -247,19 +256,17 @@ async def run_dev(
         "127.0.0.1", inbound_settings.port if is_set(InboundSettings, "port") else 0
     )
     try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(activity.follow, url)
-            await serve(
-                url,
-                "notifier-dev",
-                database.statement_cache_size,
-                http=http,
-                worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp), observer=activity),
-                # The inbox ends its open event streams, or the server would wait on them.
-                also_stop=[inbox.close],
-                on_ready=ready,
-            )
-            tg.cancel_scope.cancel()
+        await serve(
+            url,
+            "notifier-dev",
+            database.statement_cache_size,
+            http=http,
+            worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp), observer=activity),
+            # The inbox ends its open event streams, or the server would wait on them.
+            also_stop=[inbox.close],
+            also_run=[functools.partial(activity.follow, url)],
+            on_ready=ready,
+        )
         log.info("notifier dev stopped")
     finally:
         with anyio.CancelScope(shield=True):
