@@ -44,6 +44,8 @@ class Claimed:
     attempt: int
     # Seconds from the notification (or timer) naming it to its claim; None for a sweep.
     waited: float | None
+    # The verification it delivers, so an observer can name it as the API does.
+    verification_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class Completed:
     status: DeliveryStatus | None
     attempt: int
     smtp_seconds: float | None
+    # The mail server's reply as stored (addresses redacted), e.g. "250 2.0.0 Ok".
+    reply: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

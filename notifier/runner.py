@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,11 +251,14 @@ async def serve(
     http: HttpPlan | None = None,
     worker: WorkerPlan | None = None,
     also_stop: Sequence[Callable[[], None]] = (),
+    also_run: Sequence[Callable[..., Coroutine[Any, Any, None]]] = (),
     on_ready: Callable[[list[Listener]], None] | None = None,
 ) -> None:
     """Everything one process runs, on one pool, until SIGTERM or SIGINT: the HTTP listeners,
     a worker, or both (`notifier dev`); with the background tasks each needs (queue gauges,
-    API key usage, retention). A second signal exits at once."""
+    API key usage, retention). `also_run`: the caller's own tasks (dev's activity lines),
+    each started (anyio's `task_status`) before anything is served, cancelled at the end.
+    A second signal exits at once."""
     telemetry = Telemetry.configure(service_name, prometheus=http is not None)
     pool = await create_pool(url, statement_cache_size=statement_cache_size)
     services = None
@@ -293,6 +296,8 @@ async def serve(
                 tg.start_soon(run_periodically, pool, config.retention, *windows)
                 settings = worker.config.worker
                 tg.start_soon(run_lapse_sweeps, pool, settings.sweep_interval, settings.batch_size)
+            for task in also_run:
+                await tg.start(task)
             async with anyio.create_task_group() as processes:
                 if running is not None and hooks is not None:
                     await processes.start(running.run)

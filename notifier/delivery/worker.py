@@ -482,7 +482,9 @@ class Worker:
 
     def _emit_claimed(self, row: Claimed, waited: float | None) -> None:
         self.observer.notice(
-            events.Claimed(self.owner, row.id, row.discovered_by, row.attempt, waited)
+            events.Claimed(
+                self.owner, row.id, row.discovered_by, row.attempt, waited, row.verification_id
+            )
         )
 
     # -- sending -----------------------------------------------------------------------------
@@ -742,6 +744,7 @@ class Worker:
                 done.status,
                 completion.attempt,
                 completion.smtp_seconds,
+                completion.detail,
             )
         )
 

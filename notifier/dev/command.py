@@ -9,6 +9,7 @@ and the README's commands survive restarts. Loopback only, unless told otherwise
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import logging
 import os
@@ -34,11 +35,12 @@ from notifier.config import (
 from notifier.delivery.mailer import SmtpTransport
 from notifier.delivery.messages import Templates
 from notifier.dev import web as inbox_web
+from notifier.dev.activity import Activity, quiet_logs
 from notifier.dev.inbox import INBOX_DIRECTORY, Inbox
 from notifier.errors import ConfigError
 from notifier.inbound.server import InboundListener, ReportIntake
 from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
-from notifier.settings_spec import is_set
+from notifier.settings_spec import Env, is_set, spec_of, value_of
 from notifier.storage import api_keys, migrations
 from notifier.storage.database import connect, create_pool
 from notifier.tokens import TokenKeys
@@ -109,6 +111,73 @@ def refuse_remote(api: ApiSettings, allow_remote: bool) -> None:
             )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replaced:
+    """Settings dev replaces with its own (by group and field), and why."""
+
+    settings: tuple[tuple[type, str], ...]
+    why: str
+
+
+# One line names those of each the user set, so a setting that does nothing here is not
+# silently ignored.
+REPLACED = (
+    Replaced(
+        (
+            (SmtpSettings, "mail_from"),
+            (SmtpSettings, "host"),
+            (SmtpSettings, "port"),
+            (SmtpSettings, "tls"),
+            (SmtpSettings, "username"),
+            (SmtpSettings, "password"),
+            (SmtpSettings, "message_id_domain"),
+            (WorkerSettings, "transport"),
+        ),
+        f"notifier dev sends to its own inbox as {DEV_MAIL_FROM}",
+    ),
+    Replaced(
+        ((WebhookSettings, "allow_private"),),
+        "notifier dev lets webhooks reach this machine's own addresses",
+    ),
+)
+
+
+# Replaced settings whose value may already be dev's own: set so, nothing is ignored.
+DEV_VALUES: dict[tuple[type, str], object] = {
+    (SmtpSettings, "mail_from"): DEV_MAIL_FROM,
+    (WorkerSettings, "transport"): "smtp",
+    (WebhookSettings, "allow_private"): True,
+}
+
+
+def ignored_settings(env: Env | None = None) -> list[str]:
+    """One line for each group of replaced settings the user set, naming them."""
+    lines = []
+    for replaced in REPLACED:
+        names = [
+            spec_of(group, name).name
+            for group, name in replaced.settings
+            if is_set(group, name, env) and not _as_dev_has_it(group, name, env)
+        ]
+        if names:
+            lines.append(f"ignoring {', '.join(names)}: {replaced.why}")
+    return lines
+
+
+def _as_dev_has_it(group: type, name: str, env: Env | None) -> bool:
+    if (group, name) not in DEV_VALUES:
+        return False
+    return bool(value_of(group, name, env) == DEV_VALUES[group, name])
+
+
+def ready_block(rows: list[tuple[str, str]]) -> str:
+    """The ready message: a labelled line for each address, so each can be read (and
+    copied) on its own."""
+    width = max(len(label) for label, _ in rows)
+    body = "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
+    return f"notifier dev is ready\n{body}\nCtrl-C to stop"
+
+
 async def run_dev(
     url: str,
     shown_database: str,
@@ -119,6 +188,10 @@ async def run_dev(
 ) -> None:
     """Everything, until SIGINT or SIGTERM. `sockets` are the listeners, bound beforehand
     (with `refuse_remote` checked) so that a taken port fails before a cluster is built."""
+    quiet_logs()
+    activity = Activity()
+    for line in ignored_settings():
+        print(line, flush=True)
     database = DatabaseSettings.from_env()
     tokens = _tokens(api, database.data_dir)
     key = dev_key(database.data_dir)
@@ -154,13 +227,17 @@ async def run_dev(
 
     def ready(listeners: list[Listener]) -> None:
         internal = listeners[0].url
-        print(
-            f"notifier dev: API {internal} (key {key}) · links {tokens.public_url} · "
-            f"inbox {internal}/dev/inbox · console {internal}/console · "
-            f"bounces smtp://127.0.0.1:{inbound_port} · "
-            f"database {shown_database} · Ctrl-C to stop",
-            flush=True,
-        )
+        key_file = database.data_dir / API_KEY_FILE
+        rows = [
+            ("API", internal),
+            ("key", f"{key}  (also in {key_file})"),
+            ("inbox", f"{internal}/dev/inbox"),
+            ("console", f"{internal}/console"),
+            ("links", tokens.public_url),
+            ("bounces", f"smtp://127.0.0.1:{inbound_port}"),
+            ("database", shown_database),
+        ]
+        print(ready_block(rows), flush=True)
 
     reports_pool = await create_pool(url, max_size=2)
     inbound_settings = InboundSettings.from_env()
@@ -184,9 +261,10 @@ async def run_dev(
             "notifier-dev",
             database.statement_cache_size,
             http=http,
-            worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp)),
+            worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp), observer=activity),
             # The inbox ends its open event streams, or the server would wait on them.
             also_stop=[inbox.close],
+            also_run=[functools.partial(activity.follow, url)],
             on_ready=ready,
         )
         log.info("notifier dev stopped")

@@ -67,6 +67,14 @@ async def events_after(conn: Runner, cursor: Cursor, limit: int) -> list[Event]:
     return [_event(r, Cursor(int(r["tx"]), r["id"])) for r in rows]
 
 
+async def feed_end(conn: Runner) -> Cursor:
+    """Where a reader that wants only what is committed from now on starts: after the newest
+    event. (One a transaction still open writes may sort before it and is then not read:
+    right for a live view such as dev's, never for a consumer that must see everything.)"""
+    row = await conn.fetchrow(sql("events_end"))
+    return START if row is None else Cursor(int(row["tx"]), row["id"])
+
+
 async def events_of_verification(conn: Runner, verification_id: uuid.UUID) -> list[Event]:
     """A verification's events, oldest first."""
     return [_event(r) for r in await conn.fetch(sql("events_of_verification"), verification_id)]

@@ -701,6 +701,14 @@ WHERE (e.tx, e.id) > ($1::xid8, $2::bigint)
 ORDER BY e.tx, e.id
 LIMIT $3;
 
+-- name: events_end
+-- No parameters. The newest committed event's place in commit order (no row: none yet), for
+-- a reader that wants the events from now on, not the history.
+SELECT e.tx::text AS tx, e.id
+FROM notifier.events e
+ORDER BY e.tx DESC, e.id DESC
+LIMIT 1;
+
 -- name: events_of_verification
 -- $1: verification id. Its events, oldest first (the console's page of it).
 SELECT e.id, e.uid, e.type, e.verification_id, e.occurred_at, e.data

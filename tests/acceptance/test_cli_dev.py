@@ -1,10 +1,13 @@
-"""`notifier dev` as a developer starts it: loopback only, its own key, ports checked first."""
+"""`notifier dev` as a developer starts it: loopback only, its own key, ports checked first;
+and what its terminal says: a labelled ready block, then one line per step a request takes."""
 
 from __future__ import annotations
 
 import re
+import signal
 import stat
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiosmtplib
@@ -13,13 +16,13 @@ import httpx
 import pytest
 
 from tests.support.apps import bearer
-from tests.support.cli import run_cli, running_cli
+from tests.support.cli import RunningCli, run_cli, running_cli
+from tests.support.dev_ready import Ready, wait_until_ready
 from tests.support.reports import dsn
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 30
-READY = "notifier dev: API "
 
 
 @pytest.mark.parametrize("setting", ["NOTIFIER_API_HOST", "NOTIFIER_PUBLIC_HOST"])
@@ -48,20 +51,18 @@ async def test_dev_reports_a_taken_port_before_building_a_cluster(
     assert not (tmp_path / "data" / "pgdata").exists()
 
 
-async def dev_line(env: dict[str, str]) -> tuple[str, str]:
-    """Start `notifier dev`, read its ready line, check the key it prints, stop it."""
+async def dev_key_and_links(env: dict[str, str]) -> tuple[str, str]:
+    """Start `notifier dev`, read its ready block, check the key it prints, stop it."""
     async with running_cli("dev", env=env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT):
-            line = await cli.wait_for_line(READY, stream="stdout")
-        found = re.search(r"API (\S+) \(key (nfk_\S+)\) · links (\S+)", line)
-        assert found, line
-        url, key, links = found.groups()
-        async with httpx.AsyncClient(base_url=url) as client:
-            assert (await client.get("/v1/suppressions", headers=bearer(key))).status_code == 200
+            ready = await wait_until_ready(cli)
+        async with httpx.AsyncClient(base_url=ready.url) as client:
+            headers = bearer(ready.key)
+            assert (await client.get("/v1/suppressions", headers=headers)).status_code == 200
             assert (await client.get("/v1/suppressions")).status_code == 401
-        async with httpx.AsyncClient(base_url=links) as client:
+        async with httpx.AsyncClient(base_url=ready.links) as client:
             assert (await client.get("/healthz")).status_code == 200
-    return key, links
+    return ready.key, ready.links
 
 
 async def test_dev_makes_one_key_prints_it_and_keeps_it_private(
@@ -74,8 +75,8 @@ async def test_dev_makes_one_key_prints_it_and_keeps_it_private(
         "NOTIFIER_API_PORT": str(free_tcp_port_factory()),
         "NOTIFIER_PUBLIC_PORT": str(free_tcp_port_factory()),
     }
-    first, links = await dev_line(env)
-    second, _ = await dev_line(env)
+    first, links = await dev_key_and_links(env)
+    second, _ = await dev_key_and_links(env)
     assert first == second
     assert links == f"http://127.0.0.1:{env['NOTIFIER_PUBLIC_PORT']}"
     kept = data / "dev-api-key"
@@ -83,38 +84,165 @@ async def test_dev_makes_one_key_prints_it_and_keeps_it_private(
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
 
 
-async def test_dev_takes_a_bounce_mailed_to_a_deliverys_own_return_path(
+@pytest.fixture
+def dev_env(
     database_url: str, tmp_path: Path, free_tcp_port_factory: Callable[[], int]
-) -> None:
-    env = {
+) -> dict[str, str]:
+    return {
         "NOTIFIER_DATABASE_URL": database_url,
         "NOTIFIER_DATA_DIR": str(tmp_path / "data"),
         "NOTIFIER_API_PORT": str(free_tcp_port_factory()),
         "NOTIFIER_PUBLIC_PORT": str(free_tcp_port_factory()),
     }
+
+
+@asynccontextmanager
+async def dev_running(
+    env: dict[str, str],
+) -> AsyncIterator[tuple[RunningCli, Ready, httpx.AsyncClient]]:
+    """`notifier dev`, once its ready block is printed, and a client of its API with its key."""
     async with running_cli("dev", env=env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT):
-            line = await cli.wait_for_line(READY, stream="stdout")
-        found = re.search(r"API (\S+) \(key (nfk_\S+)\).* bounces smtp://127\.0\.0\.1:(\d+)", line)
-        assert found, line
-        url, key, port = found.groups()
-        async with httpx.AsyncClient(base_url=url, headers=bearer(key)) as api:
-            created = await api.post(
-                "/v1/verifications",
-                json={"user_id": "ada", "email": "ada@example.org"},
-                headers={"Idempotency-Key": "bounce-1"},
-            )
-            verification = f"/v1/verifications/{created.json()['id']}"
-            status = ""
-            with anyio.fail_after(WAIT):
-                while status != "sent":
-                    await anyio.sleep(0.1)
-                    status = (await api.get(verification)).json()["status"]
-            [listed] = (await api.get("/dev/inbox.json")).json()
-            raw = (await api.get(f"/dev/inbox/{listed['number']}/raw")).content
-            return_path = re.search(rb"Return-Path: <([^>]+)>", raw)
-            assert return_path and return_path.group(1).endswith(b"@bounces.localhost")
-            to = return_path.group(1).decode()
-            async with aiosmtplib.SMTP(hostname="127.0.0.1", port=int(port)) as smtp:
-                await smtp.sendmail("MAILER-DAEMON@localhost", [to], dsn(to, "ada@example.org"))
-            assert (await api.get(verification)).json()["status"] == "bounced"
+            ready = await wait_until_ready(cli)
+        async with httpx.AsyncClient(base_url=ready.url, headers=bearer(ready.key)) as api:
+            yield cli, ready, api
+
+
+async def request(api: httpx.AsyncClient, email: str) -> str:
+    """A verification requested of dev's API; its id."""
+    created = await api.post(
+        "/v1/verifications",
+        json={"user_id": "ada", "email": email, "purpose": "signup"},
+        headers={"Idempotency-Key": f"activity-{email}"},
+    )
+    assert created.status_code == 202, created.text
+    verification: str = created.json()["id"]
+    return verification
+
+
+async def delivered_link(api: httpx.AsyncClient) -> str:
+    """The link of the first message in dev's inbox, once there is one."""
+    with anyio.fail_after(WAIT):
+        while True:
+            listed = (await api.get("/dev/inbox.json")).json()
+            if listed:
+                link: str = listed[0]["link"]
+                return link
+            await anyio.sleep(0.05)
+
+
+async def activity_line(cli: RunningCli, word: str, verification: str) -> str:
+    """Dev's activity line saying `word` of `verification` (named by its short id)."""
+    said = re.compile(rf" {word} +{verification[:8]}\b")
+    with anyio.fail_after(WAIT):
+        while True:
+            for line in cli.stdout_lines:
+                if said.search(line):
+                    return line
+            await anyio.sleep(0.05)
+
+
+async def test_dev_prints_the_key_on_a_line_of_its_own_with_where_it_is_kept(
+    dev_env: dict[str, str],
+) -> None:
+    async with dev_running(dev_env) as (_, ready, _api):
+        kept = Path(dev_env["NOTIFIER_DATA_DIR"]) / "dev-api-key"
+        assert ready.rows["key"] == f"{kept.read_text().strip()}  (also in {kept})"
+        assert ready.lines[0] == "notifier dev is ready"
+        assert ready.lines[-1] == "Ctrl-C to stop"
+        assert list(ready.rows) == [
+            "API", "key", "inbox", "console", "links", "bounces", "database"
+        ]  # fmt: skip
+
+
+async def test_dev_prints_an_accepted_line_with_the_address_redacted(
+    dev_env: dict[str, str],
+) -> None:
+    async with dev_running(dev_env) as (cli, _, api):
+        verification = await request(api, "ada@example.org")
+        line = await activity_line(cli, "accepted", verification)
+    assert "a***@example.org" in line and "signup" in line
+    assert "ada@example.org" not in "\n".join(cli.stdout_lines)
+
+
+async def test_dev_prints_a_sent_line_with_the_mail_servers_reply(
+    dev_env: dict[str, str],
+) -> None:
+    async with dev_running(dev_env) as (cli, _, api):
+        verification = await request(api, "ada@example.org")
+        await delivered_link(api)
+        line = await activity_line(cli, "sent", verification)
+    assert re.search(r"\b250\b", line), line
+
+
+async def test_dev_prints_a_confirmed_line_once_the_link_is_confirmed(
+    dev_env: dict[str, str],
+) -> None:
+    async with dev_running(dev_env) as (cli, _, api):
+        verification = await request(api, "ada@example.org")
+        link = httpx.URL(await delivered_link(api))
+        async with httpx.AsyncClient() as browser:
+            token = link.params["token"]
+            confirmed = await browser.post(link.copy_with(query=None), data={"token": token})
+            assert confirmed.status_code == 200, confirmed.text
+        await activity_line(cli, "confirmed", verification)
+
+
+async def test_dev_logs_started_server_process_at_most_once(dev_env: dict[str, str]) -> None:
+    async with dev_running(dev_env) as (cli, ready, _):
+        async with httpx.AsyncClient(base_url=ready.links) as client:
+            assert (await client.get("/healthz")).status_code == 200
+        cli.process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT):
+            assert await cli.process.wait() == 0, cli.output
+    assert cli.output.count("Started server process") <= 1, cli.output
+
+
+async def test_dev_says_it_ignores_notifier_mail_from_when_it_is_set(
+    dev_env: dict[str, str],
+) -> None:
+    env = {**dev_env, "NOTIFIER_MAIL_FROM": "hello@example.com"}
+    async with dev_running(env) as (cli, _, _api):
+        [said] = [line for line in cli.stdout_lines if line.startswith("ignoring ")]
+    assert "NOTIFIER_MAIL_FROM" in said and "notifier@localhost" in said, said
+
+
+async def test_dev_names_no_ignored_setting_when_none_is_set(dev_env: dict[str, str]) -> None:
+    async with dev_running(dev_env) as (cli, _, _api):
+        assert not [line for line in cli.stdout_lines if line.startswith("ignoring ")]
+
+
+async def bounced(api: httpx.AsyncClient, ready: Ready) -> str:
+    """A verification sent to dev's inbox, then refused by a DSN mailed to its own return
+    path at dev's inbound listener; its id."""
+    verification = await request(api, "ada@example.org")
+    status = ""
+    with anyio.fail_after(WAIT):
+        while status != "sent":
+            await anyio.sleep(0.1)
+            status = (await api.get(f"/v1/verifications/{verification}")).json()["status"]
+    [listed] = (await api.get("/dev/inbox.json")).json()
+    raw = (await api.get(f"/dev/inbox/{listed['number']}/raw")).content
+    return_path = re.search(rb"Return-Path: <([^>]+)>", raw)
+    assert return_path and return_path.group(1).endswith(b"@bounces.localhost")
+    to = return_path.group(1).decode()
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=ready.bounces_port)
+    async with smtp:
+        await smtp.sendmail("MAILER-DAEMON@localhost", [to], dsn(to, "ada@example.org"))
+    return verification
+
+
+async def test_dev_takes_a_bounce_mailed_to_a_deliverys_own_return_path(
+    dev_env: dict[str, str],
+) -> None:
+    async with dev_running(dev_env) as (_, ready, api):
+        verification = await bounced(api, ready)
+        status = (await api.get(f"/v1/verifications/{verification}")).json()["status"]
+    assert status == "bounced"
+
+
+async def test_dev_prints_a_failed_line_with_its_reason(dev_env: dict[str, str]) -> None:
+    async with dev_running(dev_env) as (cli, ready, api):
+        verification = await bounced(api, ready)
+        line = await activity_line(cli, "failed", verification)
+    assert line.split()[3:] == ["bounced"], line

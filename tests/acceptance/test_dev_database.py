@@ -3,7 +3,6 @@ runs (its password stays in a file), or, when configured, where it points, never
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -14,19 +13,17 @@ import httpx
 import pytest
 
 from notifier.storage.embedded import EmbeddedPostgres, pg_bin, read_password
-from tests.support.cli import run_cli, running_cli
+from tests.support.cli import RunningCli, run_cli, running_cli
 from tests.support.credentials import passfile_of
+from tests.support.dev_ready import wait_until_ready
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 60  # a first start initialises a cluster
-READY = "notifier dev: API "
 
 
-def database_on(line: str) -> str:
-    found = re.search(r" · database (.+) · Ctrl-C to stop", line)
-    assert found, line
-    return found.group(1)
+async def database_on(dev: RunningCli) -> str:
+    return (await wait_until_ready(dev)).database
 
 
 async def psql(url: str, query: str) -> str:
@@ -49,7 +46,7 @@ async def test_dev_prints_a_database_url_that_psql_stats_and_migrate_status_use_
     }
     async with running_cli("dev", env=env, capture_stdout=True) as dev:
         with anyio.fail_after(WAIT):
-            url = database_on(await dev.wait_for_line(READY, stream="stdout"))
+            url = await database_on(dev)
         assert (data / "pgpass").read_text().split(":")[-1].strip() not in url
         assert await psql(url, "SELECT count(*) > 0 FROM notifier.schema_migrations") == "t"
         for command in (["stats", "--json"], ["migrate", "--status"]):
@@ -92,6 +89,6 @@ async def test_dev_names_a_configured_database_without_its_password(
     }
     async with running_cli("dev", env=env, capture_stdout=True) as dev:
         with anyio.fail_after(WAIT):
-            shown = database_on(await dev.wait_for_line(READY, stream="stdout"))
+            shown = await database_on(dev)
         assert shown.startswith("NOTIFIER_DATABASE_URL (")
         assert password not in "\n".join(dev.stdout_lines) + dev.output

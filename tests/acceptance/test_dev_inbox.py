@@ -17,16 +17,16 @@ from notifier.dev.web import routes as dev_routes
 from notifier.web.access import ScopedRoute
 from tests.support.browser import (
     BROWSER_WAIT_MS,
-    READY,
     WAIT_SECONDS,
     Dev,
     dev_server,
     inbox_holding,
-    parse_ready_line,
+    ready_dev,
     request_verification,
     sign_in_with_dev_key,
 )
 from tests.support.cli import running_cli
+from tests.support.dev_ready import wait_until_ready
 from tests.support.looks import horizontal_overflow, low_contrast
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chromium")]
@@ -470,9 +470,9 @@ async def test_notifier_dev_stops_promptly_with_an_inbox_page_still_listening(
 ) -> None:
     async with running_cli("dev", env=dev_env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT_SECONDS):
-            line = await cli.wait_for_line(READY, stream="stdout")
+            ready = await wait_until_ready(cli)
         async with (
-            parse_ready_line(line).client() as api,
+            ready_dev(ready).client() as api,
             api.stream("GET", "/dev/inbox/events") as stream,
         ):
             # Read up to the first event by hand: leaving an `async for` would close the stream.

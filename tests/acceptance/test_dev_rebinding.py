@@ -8,7 +8,6 @@ names does.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,11 +17,11 @@ import pytest
 
 from tests.support.apps import bearer
 from tests.support.cli import running_cli
+from tests.support.dev_ready import wait_until_ready
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 30
-READY = "notifier dev: API "
 REBOUND_HOST = "rebind.attacker.example"
 
 
@@ -38,10 +37,8 @@ async def test_dev_answers_no_foreign_host_name(
     }
     async with running_cli("dev", env=env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT):
-            line = await cli.wait_for_line(READY, stream="stdout")
-        found = re.search(r"API (\S+) \(key (nfk_\S+)\)", line)
-        assert found, line
-        url, key = found.groups()
+            ready = await wait_until_ready(cli)
+        url, key = ready.url, ready.key
         async with httpx.AsyncClient(base_url=url) as client:
             created = await client.post(
                 "/v1/verifications",

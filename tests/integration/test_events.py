@@ -320,6 +320,16 @@ async def read_until(
     return seen, cursor
 
 
+async def test_a_reader_from_the_feeds_end_sees_only_events_committed_later(
+    db: asyncpg.Connection, keys: TokenKeys
+) -> None:
+    await enqueue(db, keys, "ada@example.com", user_id="ada")
+    end = await event_feed.feed_end(db)
+    later = await enqueue(db, keys, "bob@example.com", user_id="bob")
+    seen, _ = await read_until(db, end, 100, 1)
+    assert [e.id for e in await events_of(db, later.id)] == seen
+
+
 async def every_event(db: asyncpg.Connection) -> list[str]:
     rows = await db.fetch(
         "SELECT 'evt_' || replace(uid::text, '-', '') FROM notifier.events ORDER BY id"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from notifier.web.access import SESSION_COOKIE
 from tests.support.apps import bearer
 from tests.support.cli import running_cli
+from tests.support.dev_ready import Ready, wait_until_ready
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -44,7 +44,6 @@ WAIT_SECONDS = 30
 BROWSER_WAIT_MS = 15_000
 # Seconds between looks at the inbox, which lives in another process and cannot be awaited.
 INBOX_POLL_SECONDS = 0.05
-READY = "notifier dev: API "
 
 
 @pytest.fixture
@@ -110,10 +109,8 @@ class Dev:
         return httpx.AsyncClient(base_url=self.url, headers=bearer(self.key))
 
 
-def parse_ready_line(line: str) -> Dev:
-    announced = re.search(r"API (\S+) \(key (nfk_\S+)\)", line)
-    assert announced, line
-    return Dev(announced.group(1), announced.group(2))
+def ready_dev(ready: Ready) -> Dev:
+    return Dev(ready.url, ready.key)
 
 
 @contextlib.asynccontextmanager
@@ -121,8 +118,8 @@ async def dev_server(env: Mapping[str, str]) -> AsyncIterator[Dev]:
     """`notifier dev` as a subprocess, once it says it is ready."""
     async with running_cli("dev", env=env, capture_stdout=True) as cli:
         with anyio.fail_after(WAIT_SECONDS):
-            line = await cli.wait_for_line(READY, stream="stdout")
-        yield parse_ready_line(line)
+            ready = await wait_until_ready(cli)
+        yield ready_dev(ready)
 
 
 @pytest.fixture
