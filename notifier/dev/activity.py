@@ -13,7 +13,10 @@ Addresses are shown redacted, as the logs show them.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +41,12 @@ CHANNEL = "notifier_events"
 POLL_SECONDS = 1.0
 # Seconds before a failed feed connection is opened again.
 RETRY_SECONDS = 2.0
+# The worker often claims a row before the feed has read its request's event: its lines wait
+# for the "accepted" line this long at most (seconds), so a person reads the steps in order;
+# a verification asked for before dev started has none, and its lines come out after this.
+HOLD_SECONDS = 2.0
+# Verifications whose "accepted" line printed, remembered (the newest this many).
+ANNOUNCED_KEPT = 10_000
 # Words of the event types a person wants to see in dev, as the lines name them.
 SHOWN = {
     "verification.created": "accepted",
@@ -70,11 +79,17 @@ class Activity:
         self._replies: dict[uuid.UUID, str] = {}
         # How far the event feed was read, so a new connection reads on from there.
         self._cursor = event_feed.START
+        self._announced: OrderedDict[uuid.UUID, None] = OrderedDict()
+        # Worker lines waiting for their verification's "accepted" line: when each was held,
+        # and the line.
+        self._held: dict[uuid.UUID, list[tuple[float, _Line]]] = {}
 
-    def line(self, word: str, style: str, subject: str, *details: str) -> None:
+    def line(
+        self, word: str, style: str, subject: str, *details: str, clock: str | None = None
+    ) -> None:
         """`12:00:01 sent       232b78d6  250 OK`: the words of others escaped."""
         shown = "  ".join(escape(printable(d)) for d in details if d)
-        clock = datetime.now().strftime("%H:%M:%S")
+        clock = clock or datetime.now().strftime("%H:%M:%S")
         self.console.print(
             f"[dim]{clock}[/] [{style}]{word:<{_WORD}}[/] {escape(subject)}  {shown}".rstrip()
         )
@@ -85,22 +100,47 @@ class Activity:
         match event:
             case events.Claimed(id=row, attempt=attempt, verification_id=vid) if vid:
                 self._verifications[row] = vid
-                self.line("claimed", "cyan", short(vid), f"attempt {attempt}")
+                self._worker_line(vid, "claimed", "cyan", f"attempt {attempt}")
             case events.Completed(id=row, outcome=outcome, status=status, reply=reply):
                 vid = self._verifications.pop(row, None)
                 if vid is None:
                     return
                 said = scrub(reply or "")
                 if outcome == "sent":
-                    self.line("sent", "green", short(vid), said)
+                    self._worker_line(vid, "sent", "green", said)
                 elif status == "pending":
-                    self.line("retrying", "yellow", short(vid), outcome, said)
+                    self._worker_line(vid, "retrying", "yellow", outcome, said)
                 elif said:
                     self._replies[vid] = said
             case events.StaleCompletion(id=row) | events.Released(id=row):
                 self._verifications.pop(row, None)
             case _:
                 pass
+
+    def _worker_line(self, vid: uuid.UUID, word: str, style: str, *details: str) -> None:
+        """A worker's line: now, or once its verification's "accepted" line has printed."""
+        line = _Line(word, style, short(vid), details, datetime.now().strftime("%H:%M:%S"))
+        if vid in self._announced:
+            line.print(self)
+        else:
+            self._held.setdefault(vid, []).append((time.monotonic(), line))
+
+    def accepted(self, vid: uuid.UUID, address: str, purpose: str) -> None:
+        """The "accepted" line (the address as given: redacted by the caller), then the
+        worker's lines that waited for it."""
+        self.line(SHOWN["verification.created"], "bold", short(vid), address, purpose)
+        self._announced[vid] = None
+        while len(self._announced) > ANNOUNCED_KEPT:
+            self._announced.popitem(last=False)
+        for _, line in self._held.pop(vid, []):
+            line.print(self)
+
+    def release_held(self, now: float | None = None) -> None:
+        """Print the lines held longer than HOLD_SECONDS: their request's event never came."""
+        now = time.monotonic() if now is None else now
+        for vid in [v for v, lines in self._held.items() if now - lines[0][0] >= HOLD_SECONDS]:
+            for _, line in self._held.pop(vid):
+                line.print(self)
 
     # -- the event feed ---------------------------------------------------------------------
 
@@ -139,6 +179,7 @@ class Activity:
             for event in await event_feed.events_after(conn, self._cursor, event_feed.MAX_PAGE):
                 self._cursor = event.cursor or self._cursor
                 await self._tell(conn, event)
+            self.release_held()
 
     async def _reconnect(self, url: str) -> Listening:
         while True:
@@ -159,12 +200,26 @@ class Activity:
             # The event is thin (no address); the verification has it.
             row = await conn.fetchrow(sql("verification_status"), vid)
             address = redact_email(row["email"]) if row is not None else ""
-            self.line(word, "bold", short(vid), address, str(event.data.get("purpose", "")))
+            self.accepted(vid, address, str(event.data.get("purpose", "")))
         elif event.type == "verification.failed":
             reason = str(event.data.get("reason", ""))
             self.line(word, "red", short(vid), reason, self._replies.pop(vid, ""))
         else:
             self.line(word, "green" if word == "confirmed" else "yellow", short(vid))
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A line kept to print later, with the time it happened."""
+
+    word: str
+    style: str
+    subject: str
+    details: tuple[str, ...]
+    clock: str
+
+    def print(self, activity: Activity) -> None:
+        activity.line(self.word, self.style, self.subject, *self.details, clock=self.clock)
 
 
 def quiet_logs(level: int = logging.WARNING) -> None:

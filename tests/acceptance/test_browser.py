@@ -58,6 +58,31 @@ async def test_a_person_verifies_their_address_from_the_dev_inbox(
     assert await verified(api, created["id"])
 
 
+async def test_a_german_reader_verifies_in_german_from_email_to_result(
+    api: httpx.AsyncClient, dev_url: str, page: Page
+) -> None:
+    created = await request_verification(api, "leser@example.de", locale="de")
+    with anyio.fail_after(WAIT_SECONDS):
+        [mail] = await inbox_holding(api, 1)
+    assert mail["subject"].startswith("Bestätigen Sie Ihre E-Mail-Adresse"), mail
+
+    await page.goto(f"{dev_url}/dev/inbox/{mail['number']}")
+    email = page.frame_locator("iframe.email-frame")
+    await expect(email.locator("html")).to_have_attribute("lang", "de")
+    await expect(email.get_by_text("(Registrierung)")).to_be_visible()
+    await page.locator("#verify-link").click()
+    await expect(page.locator("html")).to_have_attribute("lang", "de")
+    await expect(page.locator("#what")).to_have_text(
+        "Drücken Sie die Schaltfläche, um l***@example.de für notifier zu bestätigen."
+    )
+    await page.get_by_role("button", name="Bestätigen").click()
+    outcome = page.locator("h1#outcome")
+    await expect(outcome).to_have_attribute("data-outcome", "verified", timeout=BROWSER_WAIT_MS)
+    await expect(outcome).to_have_text("Ihre E-Mail-Adresse ist bestätigt")
+    await expect(page.locator("html")).to_have_attribute("lang", "de")
+    assert await verified(api, created["id"])
+
+
 async def test_an_expired_link_offers_a_new_one_which_arrives_in_the_inbox(
     api: httpx.AsyncClient, dev_url: str, page: Page, db: asyncpg.Connection, tmp_path: Path
 ) -> None:

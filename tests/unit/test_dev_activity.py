@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import io
+import time
 import uuid
 
 from rich.console import Console
 
 from notifier import events
-from notifier.dev.activity import Activity
+from notifier.dev.activity import HOLD_SECONDS, Activity
 from notifier.dev.command import ignored_settings, ready_block
 from notifier.outcomes import AttemptOutcome, DeliveryStatus
 
 VERIFICATION = uuid.UUID("bf42e925-668c-4b4d-b00d-b118ed4dbe26")
 
 
-def printed(*happened: events.WorkerEvent) -> list[str]:
+def watching() -> tuple[Activity, io.StringIO]:
     out = io.StringIO()
-    activity = Activity(Console(file=out, highlight=False, soft_wrap=True, color_system=None))
+    return Activity(Console(file=out, highlight=False, soft_wrap=True, color_system=None)), out
+
+
+def printed(*happened: events.WorkerEvent) -> list[str]:
+    """The worker's lines for a verification whose "accepted" line printed already."""
+    activity, out = watching()
+    activity.accepted(VERIFICATION, "a***@example.com", "signup")
     for event in happened:
         activity.notice(event)
-    return out.getvalue().splitlines()
+    return out.getvalue().splitlines()[1:]
 
 
 def claimed(row: int = 7) -> events.Claimed:
@@ -82,3 +89,22 @@ def test_the_ready_block_lines_up_its_labels() -> None:
         "  database  postgresql://x",
         "Ctrl-C to stop",
     ]
+
+
+def test_worker_lines_wait_for_their_verifications_accepted_line() -> None:
+    activity, out = watching()
+    activity.notice(claimed())
+    activity.notice(completed("250 ok"))
+    assert out.getvalue() == ""
+    activity.accepted(VERIFICATION, "a***@example.com", "signup")
+    words = [line.split()[1] for line in out.getvalue().splitlines()]
+    assert words == ["accepted", "claimed", "sent"]
+
+
+def test_worker_lines_whose_request_never_shows_come_out_after_a_moment() -> None:
+    activity, out = watching()
+    activity.notice(claimed())
+    activity.release_held(now=time.monotonic())
+    assert out.getvalue() == ""
+    activity.release_held(now=time.monotonic() + HOLD_SECONDS)
+    assert [line.split()[1] for line in out.getvalue().splitlines()] == ["claimed"]
