@@ -185,7 +185,7 @@ class MessageSettings(Group):
         "NOTIFIER_PRODUCT_NAME",
         parse.display_name,
         DEFAULT_PRODUCT_NAME,
-        "The product the email names (subject, heading, footer).",
+        "The product the email names (subject, heading, footer), and the pages its link opens.",
     )
     mail_from_name: str | None = setting(
         "NOTIFIER_MAIL_FROM_NAME",
@@ -198,8 +198,9 @@ class MessageSettings(Group):
         "NOTIFIER_TEMPLATE_DIR",
         Path,
         None,
-        "A directory of template overrides: files at its top replace the English ones, files "
-        "in <locale>/ those of that language.",
+        "A directory of template overrides (the email's, and pages.toml for the link pages' "
+        "words): files at its top replace the English ones, files in <locale>/ those of that "
+        "language.",
     )
 
     @property
