@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
+from html import unescape
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -84,28 +84,30 @@ class Check:
         return sum(line.over_limit for line in self.long_lines)
 
 
-class _Hrefs(HTMLParser):
-    """Every `<a href>` in an HTML part, in order (HTMLParser reads it in one linear pass)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.found: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a" and len(self.found) < MAX_LINKS:
-            href = dict(attrs).get("href")
-            if href and href.strip().lower().startswith(("http://", "https://")):
-                self.found.append(href.strip())
+# An `<a ...>` tag's attributes, up to the next "<" or ">": each tag is read once, so the
+# whole part is scanned once whatever it holds. (Python's HTMLParser is quadratic on some
+# malformed input before 3.11.13, CVE-2025-6069, and anyone local can mail the inbox.) A
+# ">" inside a quoted attribute ends the tag early: a link after it is missed, never an
+# error.
+_A_TAG = re.compile(r"<a\s([^<>]*)>", re.IGNORECASE)
+_HREF = re.compile(r"""(?:^|\s)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""", re.IGNORECASE)
 
 
 def links_of(text: str | None, html: str | None) -> tuple[list[str], list[str]]:
-    """The http(s) links of the text part and of the HTML part, each in order, deduplicated."""
+    """The http(s) links of the text part and of the HTML part's `<a href>`s, each in
+    order, deduplicated, at most MAX_LINKS each."""
     in_text = list(dict.fromkeys(_TEXT_LINK.findall(text or "")))[:MAX_LINKS]
-    parser = _Hrefs()
-    if html:
-        parser.feed(html)
-        parser.close()
-    return in_text, list(dict.fromkeys(parser.found))
+    in_html: dict[str, None] = {}
+    for tag in _A_TAG.finditer(html or ""):
+        href = _HREF.search(tag.group(1))
+        if href is None:
+            continue
+        target = unescape(next(g for g in href.groups() if g is not None)).strip()
+        if target.lower().startswith(("http://", "https://")):
+            in_html[target] = None
+            if len(in_html) == MAX_LINKS:
+                break
+    return in_text, list(in_html)
 
 
 def probe_target(url: str, probed: frozenset[str]) -> tuple[str, int] | None:

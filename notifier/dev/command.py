@@ -219,7 +219,7 @@ async def run_dev(
         api,
         sockets,
         internal_routes=lambda app: inbox_web.add_routes(
-            app, inbox, database.data_dir / API_KEY_FILE, frozenset({tokens.public_url})
+            app, inbox, database.data_dir / API_KEY_FILE, frozenset({_origin(sockets[1])})
         ),
         hosts=None if allow_remote else LOOPBACK_NAMES,
         webhooks=webhooks,
@@ -273,6 +273,13 @@ async def run_dev(
             await reports.stop()
             await reports_pool.close()
             await inbox.stop()
+
+
+def _origin(bound: socket.socket) -> str:
+    """The origin a bound listener answers at: the check tab fetches the public listener's
+    links there, and nowhere NOTIFIER_PUBLIC_URL could point to."""
+    host, port = bound.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _tokens(api: ApiSettings, data_dir: Path) -> TokenSettings:

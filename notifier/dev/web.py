@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections.abc import AsyncIterator
 from functools import cache
 from importlib import resources
@@ -62,7 +61,7 @@ FRAME_HEADERS = {
     "Content-Security-Policy": (
         f"sandbox {inbox_pages.FRAME_SANDBOX}; default-src 'none'; "
         f"script-src 'sha256-{FRAME_SCRIPT_HASH}'; style-src 'unsafe-inline'; "
-        "img-src data:; font-src data:; frame-ancestors 'self'"
+        "img-src data:; font-src data:; base-uri 'none'; frame-ancestors 'self'"
     ),
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
@@ -75,7 +74,8 @@ OPEN = access("open")
 READ = access("read")
 ADMIN = access("admin")
 _ASSETS = {"inbox.css": "text/css; charset=utf-8", "inbox.js": "text/javascript; charset=utf-8"}
-_HEAD = re.compile(rb"<head(\s[^>]*)?>", re.IGNORECASE)
+# What may follow "<head" in the tag itself (not "<header").
+_AFTER_HEAD = frozenset(b" \t\r\n\f>/")
 
 
 def add_routes(
@@ -264,10 +264,23 @@ def _framed(html: str) -> bytes:
         + FRAME_SCRIPT.encode()
         + b"</script>"
     )
-    match = _HEAD.search(body)
-    if match is None:
+    end = _head_end(body)
+    if end is None:
         return added + body
-    return body[: match.end()] + added + body[match.end() :]
+    return body[:end] + added + body[end:]
+
+
+def _head_end(body: bytes) -> int | None:
+    """Where the email's `<head ...>` tag ends, found in one pass (anyone local can mail
+    the inbox: a regex over "<head" without a ">" would rescan the rest from each one)."""
+    lower = body.lower()
+    start = 0
+    while (at := lower.find(b"<head", start)) != -1:
+        start = at + len(b"<head")
+        if body[start : start + 1] and body[start] in _AFTER_HEAD:
+            close = body.find(b">", start)
+            return None if close == -1 else close + 1
+    return None
 
 
 @cache

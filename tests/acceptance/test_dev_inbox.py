@@ -125,6 +125,8 @@ async def test_the_email_view_cannot_run_script_even_when_opened_directly(
     policy = response.headers["content-security-policy"]
     assert policy.startswith("sandbox allow-scripts allow-popups allow-popups-to-escape-sandbox;")
     assert "default-src 'none'" in policy and "frame-ancestors 'self'" in policy
+    # The email's own <base href> would send its relative links to another site.
+    assert "base-uri 'none'" in policy
     # The one script allowed is the frame's own, by its hash; never this origin with it.
     assert f"script-src 'sha256-{FRAME_SCRIPT_HASH}';" in policy
     assert "allow-same-origin" not in policy and "unsafe-inline' ;" not in policy
