@@ -239,6 +239,10 @@ async def run_dev(
         ]
         print(ready_block(rows), flush=True)
 
+    def stopping() -> None:
+        # Dev's log shows warnings only: without this the terminal says nothing until exit.
+        print("stopping (Ctrl-C again to quit at once)", flush=True)
+
     reports_pool = await create_pool(url, max_size=2)
     inbound_settings = InboundSettings.from_env()
     reports = InboundListener(
@@ -263,11 +267,11 @@ async def run_dev(
             http=http,
             worker=WorkerPlan(worker, url, transport=SmtpTransport(smtp), observer=activity),
             # The inbox ends its open event streams, or the server would wait on them.
-            also_stop=[inbox.close],
+            also_stop=[inbox.close, stopping],
             also_run=[functools.partial(activity.follow, url)],
             on_ready=ready,
         )
-        log.info("notifier dev stopped")
+        print("notifier dev stopped", flush=True)
     finally:
         with anyio.CancelScope(shield=True):
             await reports.stop()

@@ -246,3 +246,12 @@ async def test_dev_prints_a_failed_line_with_its_reason(dev_env: dict[str, str])
         verification = await bounced(api, ready)
         line = await activity_line(cli, "failed", verification)
     assert line.split()[3:] == ["bounced"], line
+
+
+async def test_dev_says_it_is_stopping_and_then_that_it_stopped(dev_env: dict[str, str]) -> None:
+    async with dev_running(dev_env) as (cli, _, _):
+        cli.process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT):
+            assert await cli.process.wait() == 0, cli.output
+    printed = cli.stdout_lines
+    assert printed[-2:] == ["stopping (Ctrl-C again to quit at once)", "notifier dev stopped"]
