@@ -369,7 +369,7 @@ async def stop_on_signals(stoppers: list[Callable[[], None]]) -> None:
 async def run_inbound(url: str, smtp: SmtpSettings, inbound: InboundSettings) -> None:
     """`notifier inbound`: take reports mailed to NOTIFIER_BOUNCE_DOMAIN's return paths and
     apply them, until SIGTERM or SIGINT."""
-    from notifier.inbound.server import InboundListener, ReportIntake
+    from notifier.inbound.server import InboundListener
 
     if smtp.bounce_domain is None:
         raise ConfigError(
@@ -378,13 +378,7 @@ async def run_inbound(url: str, smtp: SmtpSettings, inbound: InboundSettings) ->
     keys = TokenKeys(TokenSettings.from_env().secrets)
     suppression = WorkerSettings.from_env().suppression_ttl
     pool = await create_pool(url)
-    listener = InboundListener(
-        ReportIntake(
-            pool, keys, smtp.bounce_domain, suppression_seconds=suppression, rate=inbound.rate
-        ),
-        max_bytes=inbound.max_bytes,
-        max_connections=inbound.max_connections,
-    )
+    listener = InboundListener.over(pool, keys, smtp.bounce_domain, suppression, inbound)
     try:
         port = await listener.start(inbound.host, inbound.port)
         log.info(

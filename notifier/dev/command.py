@@ -38,7 +38,7 @@ from notifier.dev import web as inbox_web
 from notifier.dev.activity import Activity, quiet_logs
 from notifier.dev.inbox import INBOX_DIRECTORY, Inbox
 from notifier.errors import ConfigError
-from notifier.inbound.server import InboundListener, ReportIntake
+from notifier.inbound.server import InboundListener
 from notifier.runner import HttpPlan, WorkerConfig, WorkerPlan, serve
 from notifier.settings_spec import Env, is_set, spec_of, value_of
 from notifier.storage import api_keys, migrations
@@ -245,16 +245,12 @@ async def run_dev(
 
     reports_pool = await create_pool(url, max_size=2)
     inbound_settings = InboundSettings.from_env()
-    reports = InboundListener(
-        ReportIntake(
-            reports_pool,
-            TokenKeys(tokens.secrets),
-            smtp.bounce_domain or DEV_BOUNCE_DOMAIN,
-            suppression_seconds=worker.worker.suppression_ttl,
-            rate=inbound_settings.rate,
-        ),
-        max_bytes=inbound_settings.max_bytes,
-        max_connections=inbound_settings.max_connections,
+    reports = InboundListener.over(
+        reports_pool,
+        TokenKeys(tokens.secrets),
+        smtp.bounce_domain or DEV_BOUNCE_DOMAIN,
+        worker.worker.suppression_ttl,
+        inbound_settings,
     )
     inbound_port = await reports.start(
         "127.0.0.1", inbound_settings.port if is_set(InboundSettings, "port") else 0

@@ -17,6 +17,7 @@ from typing import Any
 from aiosmtpd.smtp import SMTP
 
 from notifier import verp
+from notifier.config import InboundSettings
 from notifier.inbound.parsing import reports_in
 from notifier.reports import ours_to_fix
 from notifier.storage import reports
@@ -132,6 +133,22 @@ class InboundListener:
         self.open_connections = 0
         self.port: int | None = None
         self._server: asyncio.AbstractServer | None = None
+
+    @classmethod
+    def over(
+        cls,
+        pool: Pool,
+        keys: TokenKeys,
+        bounce_domain: str,
+        suppression_seconds: float,
+        settings: InboundSettings,
+    ) -> InboundListener:
+        """The listener `notifier inbound` and `notifier dev` run: reports for
+        `bounce_domain`'s return paths applied through `pool`, within `settings`' limits."""
+        intake = ReportIntake(
+            pool, keys, bounce_domain, suppression_seconds=suppression_seconds, rate=settings.rate
+        )
+        return cls(intake, max_bytes=settings.max_bytes, max_connections=settings.max_connections)
 
     async def start(self, host: str, port: int) -> int:
         def session() -> SMTP:
