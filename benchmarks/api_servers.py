@@ -17,12 +17,13 @@ from benchmarks.processes import Child, started
 from benchmarks.producer import MAIL_FROM, TOKEN_SECRET
 from benchmarks.sink import HOST
 from benchmarks.workers import PROJECT_ROOT
+from tests.support import dev_ready
 from tests.support.cli import NOTIFIER, cli_env
 from tests.support.ports import free_port
 
 # What each logs (or prints) once its socket listens.
 API_READY_LINE = "public pages listening on"  # logged once both listeners listen
-DEV_READY_LINE = "notifier dev:"
+DEV_READY_LINE = dev_ready.LAST  # the ready block's last line
 
 
 @dataclass(frozen=True, slots=True)
