@@ -139,6 +139,12 @@ def test_an_idle_hour_reads_as_zero_a_minute_not_none() -> None:
     assert "none a minute" not in page and "none" not in re.sub(r"<[^>]+>", " ", page).split()
 
 
+def test_rows_waiting_for_a_later_retry_read_none_due_yet() -> None:
+    later = dataclasses.replace(EMPTY_QUEUE, pending=2)
+    page = queue_page(later, VIEWER, datetime.now(UTC))
+    assert "None due yet" in page and "Nothing pending" not in page
+
+
 def test_a_due_row_shows_how_long_it_has_waited() -> None:
     waiting = dataclasses.replace(EMPTY_QUEUE, pending=1, pending_due=1, oldest_pending_seconds=2.5)
     assert "2.5 s" in queue_page(waiting, VIEWER, datetime.now(UTC))

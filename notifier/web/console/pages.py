@@ -152,7 +152,11 @@ def _tiles(s: QueueSnapshot) -> list[_Tile]:
         _Tile("Sending", str(s.sending), "held under a lease"),
         _Tile(
             "Oldest pending",
-            f"{s.oldest_pending_seconds:.1f} s" if s.pending_due else "Nothing pending",
+            f"{s.oldest_pending_seconds:.1f} s"
+            if s.pending_due
+            else "None due yet"
+            if s.pending
+            else "Nothing pending",
             "waiting past its due time" if s.pending_due else "no row is due",
             " warn" if s.oldest_pending_seconds >= 60 else "",
         ),
