@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 
 # The language of the shipped templates, and of every lookup that finds nothing closer.
 DEFAULT_LOCALE = "en"
@@ -48,3 +49,14 @@ def fallbacks(tag: str | None) -> tuple[str, ...]:
     if DEFAULT_LOCALE not in chain:
         chain.append(DEFAULT_LOCALE)
     return tuple(chain)
+
+
+def closest(tag: str | None, available: Container[str]) -> str:
+    """The first of `tag`'s fallbacks that `available` holds (de-AT: de-AT, then de, then
+    en); a tag not shaped like one falls back as no tag does. `available` holds
+    DEFAULT_LOCALE."""
+    try:
+        chain = fallbacks(tag)
+    except ValueError:
+        chain = fallbacks(None)
+    return next(candidate for candidate in chain if candidate in available)

@@ -20,7 +20,7 @@ from string import Template
 
 from notifier.config import MessageSettings
 from notifier.errors import ConfigError
-from notifier.locales import DEFAULT_LOCALE, fallbacks, normalize_locale
+from notifier.locales import DEFAULT_LOCALE, closest, normalize_locale
 from notifier.settings_spec import spec_of
 
 PAGES_FILE = "pages.toml"
@@ -99,11 +99,7 @@ class PageStrings:
 
     def for_locale(self, locale: str | None) -> Strings:
         """The closest language there is for `locale` (de-AT: de-AT, then de, then en)."""
-        try:
-            chain = fallbacks(locale)
-        except ValueError:
-            chain = fallbacks(None)
-        return next(self.languages[tag] for tag in chain if tag in self.languages)
+        return self.languages[closest(locale, self.languages)]
 
 
 def _shipped() -> dict[str, _Source]:

@@ -25,7 +25,7 @@ from notifier.config import DEFAULT_PRODUCT_NAME, MessageSettings
 from notifier.delivery import lifetimes
 from notifier.delivery.lifetimes import stated_lifetime
 from notifier.errors import ConfigError
-from notifier.locales import DEFAULT_LOCALE, fallbacks, normalize_locale
+from notifier.locales import DEFAULT_LOCALE, closest, normalize_locale
 from notifier.outcomes import Method
 from notifier.strings import PAGES_FILE, TEMPLATE_DIR_VARIABLE, PageStrings
 
@@ -366,11 +366,7 @@ class Templates:
 
     def for_locale(self, locale: str | None) -> TemplateSet:
         """The closest language there is for `locale` (de-AT: de-AT, then de, then en)."""
-        try:
-            chain = fallbacks(locale)
-        except ValueError:
-            chain = fallbacks(None)
-        return next(self.sets[tag] for tag in chain if tag in self.sets)
+        return self.sets[closest(locale, self.sets)]
 
     def compose(
         self,

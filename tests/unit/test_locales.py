@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifier.locales import fallbacks, normalize_locale
+from notifier.locales import closest, fallbacks, normalize_locale
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,12 @@ def test_lookup_goes_from_the_whole_tag_to_its_language_to_english() -> None:
     assert fallbacks("zh-Hant-TW") == ("zh-Hant-TW", "zh-Hant", "zh", "en")
     assert fallbacks("en-GB") == ("en-GB", "en")
     assert fallbacks(None) == ("en",)
+
+
+def test_the_closest_available_language_is_the_first_fallback_held() -> None:
+    available = {"en", "de", "pt-BR"}
+    assert closest("de-AT", available) == "de"
+    assert closest("pt-BR", available) == "pt-BR"
+    assert closest("fr", available) == "en"
+    assert closest("not a tag", available) == "en"
+    assert closest(None, available) == "en"
